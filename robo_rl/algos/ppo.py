@@ -1,0 +1,174 @@
+"""Proximal Policy Optimisation, at parity with RSL-RL's PPO (see shared/REFERENCES.md).
+
+Clipped surrogate, clipped value loss, GAE with exact time-out bootstrapping from
+`info["final_obs"]`, KL-adaptive learning rate, entropy bonus, global gradient clipping,
+empirical observation normalisation and an asymmetric critic.
+
+Less work per sample than RSL-RL: observations are normalised once when collected (not again in
+every epoch), the Gaussian is evaluated in closed form without `torch.distributions`, and the
+policy's std is state-independent so the old std is one (A,) vector per iteration.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from robo_rl.config import PPOConfig
+from robo_rl.networks.actor_critic import ActorCritic, gaussian_entropy, gaussian_kl, gaussian_log_prob
+from robo_rl.storage import RolloutStorage, compute_gae
+
+LR_MIN, LR_MAX = 1e-5, 1e-2
+
+
+def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
+    """RSL-RL's rule: divide by 1.5 when KL > 2 * desired, multiply by 1.5 when KL < desired / 2."""
+    if kl > 2.0 * desired_kl:
+        return max(LR_MIN, lr / 1.5)
+    if 0.0 < kl < 0.5 * desired_kl:
+        return min(LR_MAX, lr * 1.5)
+    return lr
+
+
+def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, clip: float) -> Tensor:
+    """-min(r A, clip(r, 1-c, 1+c) A), averaged; r = exp(log_prob - old_log_prob). Inputs (B,)."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    surrogate = ratio * advantages
+    clipped = ratio.clamp(1.0 - clip, 1.0 + clip) * advantages
+    return -torch.min(surrogate, clipped).mean()
+
+
+def clipped_value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip: float | None) -> Tensor:
+    """max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2), averaged; plain MSE when clip is None."""
+    loss = (value - returns).square()
+    if clip is not None:
+        clipped = old_value + (value - old_value).clamp(-clip, clip)
+        loss = torch.max(loss, (clipped - returns).square())
+    return loss.mean()
+
+
+class PPO:
+    """PPO learner: `act` -> `process_env_step` (T times) -> `compute_returns` -> `update`.
+
+    Args:
+        cfg: PPO hyper-parameters.
+        policy: the actor-critic to train.
+        num_envs: N.
+        generator: torch RNG for action noise and minibatch shuffling (saved in checkpoints).
+    """
+
+    def __init__(self, cfg: PPOConfig, policy: ActorCritic, num_envs: int, generator: torch.Generator):
+        self.cfg = cfg
+        self.policy = policy
+        self.generator = generator
+        self.learning_rate = cfg.learning_rate
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+        obs_dim = policy.actor[0].in_features
+        critic_dim = policy.critic[0].in_features
+        action_dim = policy.log_std.numel()
+        self.storage = RolloutStorage(cfg.num_steps_per_env, num_envs, obs_dim, critic_dim, action_dim)
+        self.old_log_std = policy.log_std.detach().clone()  # (A,) std used for the current rollout
+
+    # ------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def act(self, obs: Tensor, critic_obs: Tensor) -> Tensor:
+        """Sample actions (N, A) for raw observations (N, O) / (N, O_c) and record the step."""
+        s, t = self.storage, self.storage.step
+        self.policy.update_normalization(obs, critic_obs)
+        obs_n = self.policy.obs_normalizer(obs)
+        critic_n = self.policy.critic_obs_normalizer(critic_obs)
+        mean = self.policy.actor(obs_n)
+        log_std = self.policy.log_std
+        actions = mean + torch.exp(log_std) * torch.randn(mean.shape, generator=self.generator)
+        if t == 0:
+            self.old_log_std = log_std.detach().clone()
+        s.obs[t] = obs_n
+        s.critic_obs[t] = critic_n
+        s.actions[t] = actions
+        s.means[t] = mean
+        s.log_probs[t] = gaussian_log_prob(actions, mean, log_std)
+        s.values[t] = self.policy.critic(critic_n).squeeze(-1)
+        return actions
+
+    @torch.no_grad()
+    def process_env_step(
+        self, rewards: Tensor, terminated: Tensor, truncated: Tensor, final_critic_obs: Tensor
+    ) -> None:
+        """Record the outcome of the last `act`; time-outs bootstrap from V(final observation)."""
+        s, t = self.storage, self.storage.step
+        rewards = rewards.clone()
+        if truncated.any():
+            ids = truncated.nonzero().squeeze(-1)
+            rewards[ids] += self.cfg.gamma * self.policy.value(final_critic_obs[ids])
+        s.rewards[t] = rewards
+        s.dones[t] = (terminated | truncated).to(torch.float32)
+        s.step += 1
+
+    @torch.no_grad()
+    def compute_returns(self, last_critic_obs: Tensor) -> None:
+        s = self.storage
+        last_values = self.policy.value(last_critic_obs)
+        s.advantages, s.returns = compute_gae(
+            s.rewards, s.values, s.dones, last_values, gamma=self.cfg.gamma, lam=self.cfg.lam
+        )
+        if self.cfg.normalize_advantage:  # once per batch, as in RSL-RL
+            s.advantages = (s.advantages - s.advantages.mean()) / (s.advantages.std() + 1e-8)
+
+    # ------------------------------------------------------------------ learning
+    def update(self) -> dict[str, float]:
+        """Epochs x minibatches of clipped PPO; returns mean losses, KL and the learning rate."""
+        cfg, policy = self.cfg, self.policy
+        old_std = torch.exp(self.old_log_std)
+        totals = {"value_loss": 0.0, "surrogate_loss": 0.0, "entropy": 0.0, "kl": 0.0}
+        n_updates = 0
+        for mb in self.storage.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
+            mean = policy.actor(mb["obs"])  # (B, A)
+            log_std = policy.log_std  # (A,)
+            value = policy.critic(mb["critic_obs"]).squeeze(-1)  # (B,)
+            log_prob = gaussian_log_prob(mb["actions"], mean, log_std)  # (B,)
+            entropy = gaussian_entropy(log_std)
+
+            if cfg.schedule == "adaptive":
+                with torch.no_grad():
+                    kl = gaussian_kl(mb["means"], old_std, mean, torch.exp(log_std)).mean().item()
+                self.learning_rate = adapt_learning_rate(self.learning_rate, kl, cfg.desired_kl)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.learning_rate
+            else:
+                kl = 0.0
+
+            surrogate = clipped_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"], cfg.clip_param)
+            value_clip = cfg.clip_param if cfg.use_clipped_value_loss else None
+            value_loss = clipped_value_loss(value, mb["values"], mb["returns"], value_clip)
+            loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+
+            totals["value_loss"] += value_loss.item()
+            totals["surrogate_loss"] += surrogate.item()
+            totals["entropy"] += entropy.item()
+            totals["kl"] += kl
+            n_updates += 1
+        self.storage.step = 0
+        out = {k: v / n_updates for k, v in totals.items()}
+        out["learning_rate"] = self.learning_rate
+        out["action_std"] = torch.exp(policy.log_std).mean().item()
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "learning_rate": self.learning_rate,
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.learning_rate = float(state["learning_rate"])
+        self.generator.set_state(state["generator"])

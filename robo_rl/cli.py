@@ -1,0 +1,190 @@
+"""The `robo-rl` command: train, play, tasks.
+
+User mistakes (unknown task, bad config key or value, missing run) print one line and exit 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from robo_rl.config import ConfigError, load_yaml, resolve_train_config
+
+SIM_CONFIGS = Path(__file__).resolve().parents[1] / "sim_configs"
+
+
+class UserError(Exception):
+    """A mistake in the command line; printed as one line."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="robo-rl", description="Robotics RL: train, evaluate and deploy robot policies.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy")
+    t.add_argument("--task", help="task name (see `robo-rl tasks`)")
+    t.add_argument("--algo", help="learning algorithm (ppo)")
+    t.add_argument("--config", help="YAML preset (default: sim_configs/<task>.yaml when it exists)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set algo.learning_rate=3e-4 (repeatable)")
+    t.add_argument("--num-envs", type=int, help="parallel worlds (sim.num_envs)")
+    t.add_argument("--seed", type=int, help="random seed")
+    t.add_argument("--max-iterations", type=int, help="runner.max_iterations")
+    t.add_argument("--max-time", type=float, help="stop after this many seconds of training (runner.max_time_s)")
+    t.add_argument("--run-name", help="run folder name under runner.log_dir")
+    t.add_argument("--resume", metavar="RUN", help="continue a run (its folder or name) from its latest checkpoint")
+    t.add_argument("--video", action="store_true", help="record an evaluation video at the end")
+
+    pl = sub.add_parser("play", help="run a trained policy and print its return and task metrics")
+    pl.add_argument("run", metavar="RUN_OR_CHECKPOINT")
+    pl.add_argument("--episodes", type=int, default=16, help="episodes to run (one per world)")
+    pl.add_argument("--video", metavar="OUT.mp4", help="also write a video of the first episode")
+    pl.add_argument("--seed", type=int, default=1000, help="seed of the evaluation episodes")
+
+    sub.add_parser("tasks", help="list tasks with observation and action sizes")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------- train
+def _train_config(args: argparse.Namespace) -> tuple[Any, Path, bool]:
+    """Resolve and validate the config before anything heavy starts; returns (cfg, run_dir, resuming)."""
+    from robo_rl.tasks import task_config_class
+
+    overrides = list(args.overrides)
+    for flag, key in (
+        ("algo", "algo_name"),
+        ("num_envs", "sim.num_envs"),
+        ("seed", "seed"),
+        ("max_iterations", "runner.max_iterations"),
+        ("max_time", "runner.max_time_s"),
+        ("run_name", "runner.run_name"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides.insert(0, f"{key}={value}")
+    if args.video:
+        overrides.insert(0, "runner.video_at_end=true")
+
+    if args.resume:
+        run_dir = _find_run_dir(args.resume)
+        raw = load_yaml(run_dir / "config.yaml")
+        if args.task and args.task != raw.get("task"):
+            raise UserError(f"--task {args.task} does not match the resumed run's task {raw.get('task')}")
+        if args.config:
+            raise UserError("--config cannot be combined with --resume (the run's own config is used)")
+        cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
+        return cfg, run_dir, True
+
+    if args.config:
+        raw = load_yaml(args.config)
+    elif args.task and (SIM_CONFIGS / f"{args.task}.yaml").is_file():
+        raw = load_yaml(SIM_CONFIGS / f"{args.task}.yaml")
+    else:
+        raw = {}
+    if args.task:
+        task_config_class(args.task)  # unknown names fail here, listing the valid ones
+        raw["task"] = args.task
+    cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
+    name = cfg.runner.run_name or f"{cfg.task}_{time.strftime('%Y%m%d_%H%M%S')}"
+    run_dir = Path(cfg.runner.log_dir) / name
+    if (run_dir / "config.yaml").exists():
+        raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
+    return cfg, run_dir, False
+
+
+def _find_run_dir(run: str) -> Path:
+    for d in (Path(run), Path("runs") / run):
+        if (d / "config.yaml").is_file():
+            return d
+    raise UserError(f"run {run!r} not found (expected a run folder holding config.yaml)")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg, run_dir, resuming = _train_config(args)
+    from robo_rl.logger import TrainLogger
+    from robo_rl.runner import OnPolicyRunner, write_config
+
+    write_config(run_dir, cfg)
+    runner = OnPolicyRunner(cfg, run_dir)
+    start = runner.resume() if resuming else 0
+    if resuming:
+        print(f"resuming {run_dir} at iteration {start}", flush=True)
+    print(
+        f"training {cfg.task} with {cfg.algo_name}: {cfg.sim.num_envs} worlds, "
+        f"{cfg.runner.max_iterations} iterations, run dir {run_dir}",
+        flush=True,
+    )
+    logger = TrainLogger(
+        run_dir,
+        cfg.runner.max_iterations,
+        max_time_s=cfg.runner.max_time_s,
+        purge_step=start if resuming else None,
+        print_progress=cfg.runner.progress_bar,
+    )
+    try:
+        last = runner.learn(logger)
+    finally:
+        logger.close()
+        runner.close()
+    print(_summary(cfg.task, last, runner.iteration, runner.train_time))
+    print(f"checkpoints and TensorBoard logs: {run_dir}   (tensorboard --logdir {run_dir.parent})")
+    print(f"evaluate: robo-rl play {run_dir}")
+    return 0
+
+
+def _summary(task: str, scalars: dict[str, float], iteration: int, seconds: float) -> str:
+    parts = [f"done: {task}, {iteration} iterations in {seconds:.0f} s"]
+    if "Train/mean_return" in scalars:
+        parts.append(f"mean return {scalars['Train/mean_return']:.3f}")
+    parts += [f"{k[8:]} {v:.4f}" for k, v in scalars.items() if k.startswith("Metrics/")]
+    return " | ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- play
+def cmd_play(args: argparse.Namespace) -> int:
+    from robo_rl.evaluate import evaluate_checkpoint
+
+    if args.episodes < 1:
+        raise UserError(f"--episodes {args.episodes}: must be >= 1")
+    result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video)
+    line = [f"{result['episodes']} episodes", f"mean return {result['mean_return']:.3f}"]
+    line += [f"{k} {v:.4f}" for k, v in result["metrics"].items()]
+    print(" | ".join(line))
+    if args.video:
+        print(f"video: {args.video}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+def cmd_tasks(_: argparse.Namespace) -> int:
+    from robo_rl.tasks import TASKS
+
+    print(f"{'task':<22} {'obs':>4} {'critic':>6} {'act':>4}  description")
+    for name, (env_cls, _cfg) in TASKS.items():
+        obs = sum(t.dim for t in env_cls.policy_terms)
+        critic = obs + sum(t.dim for t in env_cls.critic_extra_terms)
+        print(f"{name:<22} {obs:>4} {critic:>6} {len(env_cls.joint_names):>4}  {env_cls.description}")
+    return 0
+
+
+COMMANDS = {"train": cmd_train, "play": cmd_play, "tasks": cmd_tasks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, UserError) as exc:
+        print(f"robo-rl: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("robo-rl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,353 @@
+"""Typed, validated configuration: defaults -> YAML -> command-line overrides -> one `validate`.
+
+Every component has one frozen dataclass. Field constraints live in the field metadata
+(`ge`, `gt`, `le`, `choices`) so validation is generic and every error message has the same
+shape: ``config error: <path> = <value>: <what is allowed>``.
+
+This module imports no torch and no mujoco.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A user mistake in a config file or override; the CLI prints it as one line."""
+
+
+def _f(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
+    """A dataclass field with validation metadata (ge, gt, le, lt, choices)."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """Batched physics."""
+
+    backend: str = _f("mujoco_cpu", choices=("mujoco_cpu",))
+    """Physics backend: `mujoco_cpu` (threads over `mujoco.rollout`)."""
+    num_envs: int = _f(1024, ge=1, le=1_000_000)
+    """Number of parallel worlds."""
+    num_threads: int = _f(0, ge=0, le=1024)
+    """Worker threads for physics; 0 means one per CPU core."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """Gaussian actor-critic MLP."""
+
+    actor_hidden_dims: tuple[int, ...] = _f((256, 128, 64))
+    """Hidden layer widths of the actor."""
+    critic_hidden_dims: tuple[int, ...] = _f((256, 128, 64))
+    """Hidden layer widths of the critic."""
+    activation: str = _f("elu", choices=("elu", "relu", "tanh", "silu"))
+    """Hidden activation."""
+    init_noise_std: float = _f(1.0, gt=0.0)
+    """Initial standard deviation of the Gaussian policy."""
+    obs_normalization: bool = True
+    """Empirical running mean/std normalisation of actor and critic inputs."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """PPO hyper-parameters (defaults as in RSL-RL, see shared/REFERENCES.md)."""
+
+    num_steps_per_env: int = _f(24, ge=1)
+    """Rollout length T per iteration; the batch is T * num_envs samples."""
+    num_learning_epochs: int = _f(5, ge=1)
+    """Passes over the batch per iteration."""
+    num_mini_batches: int = _f(4, ge=1)
+    """Minibatches per epoch."""
+    learning_rate: float = _f(1e-3, gt=0.0, le=1.0)
+    """Adam learning rate (initial value when the schedule is adaptive)."""
+    schedule: str = _f("adaptive", choices=("adaptive", "fixed"))
+    """`adaptive`: scale the learning rate by 1.5 to keep the KL near `desired_kl`."""
+    desired_kl: float = _f(0.01, gt=0.0)
+    """Target KL divergence per minibatch for the adaptive schedule."""
+    clip_param: float = _f(0.2, gt=0.0, le=1.0)
+    """Surrogate and value clip range."""
+    gamma: float = _f(0.99, gt=0.0, le=1.0)
+    """Discount factor."""
+    lam: float = _f(0.95, ge=0.0, le=1.0)
+    """GAE lambda."""
+    value_loss_coef: float = _f(1.0, ge=0.0)
+    """Weight of the value loss."""
+    entropy_coef: float = _f(0.01, ge=0.0)
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = _f(1.0, gt=0.0)
+    """Global gradient-norm clip."""
+    use_clipped_value_loss: bool = True
+    """Clip the value update like the policy update."""
+    normalize_advantage: bool = True
+    """Normalise advantages per minibatch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunnerConfig:
+    """Training loop, logging and checkpoints."""
+
+    max_iterations: int = _f(500, ge=1)
+    """Iterations (rollout + update) to run."""
+    max_time_s: float = _f(0.0, ge=0.0)
+    """Stop after this much wall-clock training time (0: no limit)."""
+    save_interval: int = _f(50, ge=1)
+    """Write a checkpoint every this many iterations (and always at the end)."""
+    log_dir: str = "runs"
+    """Folder that holds one sub-folder per run."""
+    run_name: str = ""
+    """Run folder name; empty means `<task>_<date>_<time>`."""
+    video_interval: int = _f(0, ge=0)
+    """Record an evaluation video every this many iterations (0: only at the end if `video_at_end`)."""
+    video_at_end: bool = False
+    """Record an evaluation video when training ends."""
+    video_episodes: int = _f(1, ge=1, le=16)
+    """Episodes per evaluation video."""
+    progress_bar: bool = True
+    """Print a progress line (steps/s, mean return, ETA) every iteration."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Everything a training run needs; written into every run directory and checkpoint."""
+
+    task: str
+    """Registered task name (`robo-rl tasks` lists them)."""
+    algo_name: str = _f("ppo", choices=("ppo",))
+    """Learning algorithm."""
+    seed: int = _f(0, ge=0)
+    """Seed for torch, numpy and the environments."""
+    device: str = _f("cpu", choices=("cpu", "cuda"))
+    """Torch device for the learner."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    env: Any = None
+    """The task's own config dataclass (see the task module)."""
+    algo: PPOConfig = field(default_factory=PPOConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_plain(self)
+
+    def hash(self) -> str:
+        """Short stable hash of the resolved config (run identity in checkpoints and contracts)."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig}
+
+
+# ----------------------------------------------------------------------------------------------
+# Generic construction and validation
+# ----------------------------------------------------------------------------------------------
+
+
+def _to_plain(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [_to_plain(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: _to_plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, path: str) -> Any:
+    """Convert a YAML / command-line value to the annotated type, or raise ConfigError."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _coerce(value, args[0], path)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"config error: {path} = {value!r}: expected true or false")
+    if tp is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"config error: {path} = {value!r}: expected an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config error: {path} = {value!r}: expected an integer")
+    if tp is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"config error: {path} = {value!r}: expected a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"config error: {path} = {value!r}: expected a number")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"config error: {path} = {value!r}: expected a string")
+    if origin is tuple:
+        (elem, *_rest) = typing.get_args(tp)
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config error: {path} = {value!r}: expected a list of {_type_name(elem)}")
+        return tuple(_coerce(v, elem, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        key_t, val_t = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"config error: {path} = {value!r}: expected a mapping")
+        return {str(k): _coerce(v, val_t, f"{path}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return build(tp, value, path)
+    return value
+
+
+def _check_meta(value: Any, meta: typing.Mapping[str, Any], path: str) -> None:
+    if value is None:
+        return
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if "choices" in meta and v not in meta["choices"]:
+            allowed = ", ".join(map(str, meta["choices"]))
+            raise ConfigError(f"config error: {path} = {v!r}: allowed values are {allowed}")
+        if "ge" in meta and not v >= meta["ge"]:
+            raise ConfigError(f"config error: {path} = {v!r}: must be >= {meta['ge']}")
+        if "gt" in meta and not v > meta["gt"]:
+            raise ConfigError(f"config error: {path} = {v!r}: must be > {meta['gt']}")
+        if "le" in meta and not v <= meta["le"]:
+            raise ConfigError(f"config error: {path} = {v!r}: must be <= {meta['le']}")
+
+
+def build(cls: type, raw: Any, path: str = "") -> Any:
+    """Build dataclass `cls` from a (possibly partial) mapping, validating every field.
+
+    Args:
+        cls: a frozen dataclass type.
+        raw: mapping of field name -> raw value (None or {} gives the defaults).
+        path: dotted prefix used in error messages.
+    """
+    if raw is None:
+        raw = {}
+    if dataclasses.is_dataclass(raw):
+        raw = _to_plain(raw)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config error: {path or 'config'} = {raw!r}: expected a mapping")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key in raw:
+        if key not in fields:
+            where = f"'{path}'" if path else "the top level"
+            raise ConfigError(
+                f"config error: unknown key '{_join(path, key)}'; valid keys in {where}: {', '.join(fields)}"
+            )
+    kwargs = {}
+    for name, f in fields.items():
+        if name not in raw:
+            continue
+        value = _coerce(raw[name], hints[name], _join(path, name))
+        if typing.get_origin(hints[name]) is dict and f.default_factory is not dataclasses.MISSING:
+            value = {**f.default_factory(), **value}  # a partial mapping overrides single entries
+        _check_meta(value, f.metadata, _join(path, name))
+        kwargs[name] = value
+    try:
+        obj = cls(**kwargs)
+    except TypeError as exc:  # a required field is missing
+        raise ConfigError(f"config error: {path or cls.__name__}: {exc}") from None
+    for name, f in fields.items():  # defaults are checked too (cheap, catches bad task defaults)
+        _check_meta(getattr(obj, name), f.metadata, _join(path, name))
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        validate()
+    return obj
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b.c=value` -> (["a", "b", "c"], value parsed as YAML)."""
+    if "=" not in text:
+        raise ConfigError(f"config error: override {text!r}: expected KEY=VALUE, e.g. algo.learning_rate=3e-4")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"config error: override {text!r}: empty key")
+    return key.split("."), yaml.safe_load(value) if value.strip() else ""
+
+
+def set_in(tree: dict[str, Any], keys: list[str], value: Any) -> None:
+    node = tree
+    for k in keys[:-1]:
+        child = node.get(k)
+        if child is None:
+            child = node[k] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"config error: override {'.'.join(keys)}: '{k}' is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config error: config file {str(p)!r} does not exist")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise ConfigError(f"config error: {p} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error: {p}: top level must be a mapping")
+    return data
+
+
+def resolve_train_config(
+    raw: dict[str, Any], overrides: list[str] = (), env_config_cls: typing.Callable[[str], type] | None = None
+) -> TrainConfig:
+    """Merge a raw mapping with `key=value` overrides and build a validated TrainConfig.
+
+    Args:
+        raw: mapping as loaded from YAML (may be empty).
+        overrides: `section.field=value` strings applied in order.
+        env_config_cls: maps a task name to its config dataclass (raises ConfigError for unknown names).
+    """
+    tree = json.loads(json.dumps(raw))  # deep copy of plain data
+    for text in overrides:
+        keys, value = parse_override(text)
+        set_in(tree, keys, value)
+    if "task" not in tree or not tree["task"]:
+        raise ConfigError("config error: task is not set; pass --task NAME (see `robo-rl tasks`)")
+    env_raw = tree.pop("env", None)
+    algo_raw = tree.pop("algo", None)
+    cfg = build(TrainConfig, tree)
+    env_cls = env_config_cls(cfg.task) if env_config_cls else None
+    env = build(env_cls, env_raw, "env") if env_cls else env_raw
+    algo = build(ALGO_CONFIGS[cfg.algo_name], algo_raw, "algo")
+    return dataclasses.replace(cfg, env=env, algo=algo)

@@ -1,0 +1,1 @@
+"""Torch modules: actor-critic MLPs and the observation normaliser."""

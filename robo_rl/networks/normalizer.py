@@ -1,0 +1,42 @@
+"""Empirical observation normalisation (running mean and variance), baked into exported policies."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+
+class EmpiricalNormalization(nn.Module):
+    """y = (x - mean) / (std + eps) with running statistics updated only by `update`.
+
+    Args:
+        dim: feature size O.
+        eps: added to the standard deviation (1e-2 as in RSL-RL).
+        until: stop updating after this many samples (None: never stop).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-2, until: int | None = None):
+        super().__init__()
+        self.eps = eps
+        self.until = until
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("var", torch.ones(dim))
+        self.register_buffer("count", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (x - self.mean) / (self.var.sqrt() + self.eps)
+
+    @torch.no_grad()
+    def update(self, x: Tensor) -> None:
+        """Merge a batch (B, O) into the running statistics (parallel-variance formula)."""
+        if self.until is not None and int(self.count) >= self.until:
+            return
+        n = x.shape[0]
+        total = self.count + n
+        batch_mean = x.mean(0)
+        batch_var = x.var(0, unbiased=False)
+        delta = batch_mean - self.mean
+        frac = n / total
+        self.mean += frac * delta
+        self.var.copy_((1 - frac) * self.var + frac * batch_var + frac * (1 - frac) * delta.square())
+        self.count.copy_(total)

@@ -1,0 +1,278 @@
+"""Batched MuJoCo on CPU threads: N worlds of one model stepped by `mujoco.rollout`.
+
+The physics state of all worlds lives in one float64 array `(N, nstate)` (MuJoCo's
+`mjSTATE_FULLPHYSICS` layout: time, qpos, qvel, act, history, plugin state). `qpos`, `qvel`,
+`act` are torch views into it and
+`ctrl` / `sensordata` are torch views of their own arrays, so reading state costs no copy.
+
+`step(n)` advances every world by n physics steps in one native call on a persistent thread
+pool; no Python runs per world. Sensors: `mujoco.rollout` records the sensor values computed at
+the start of the last physics step (mj_step evaluates sensors before integrating), so sensordata
+lags the state by one physics step. Tasks therefore compute policy observations from the state
+itself and use sensors for rewards and metrics, where a lag of one physics step does not matter.
+Worlds that are reset get their sensors recomputed for the new state (`mj_forward`).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def _choose_gl_backend() -> None:
+    """MuJoCo aborts the process when rendering without MUJOCO_GL; pick a headless one if unset."""
+    if "MUJOCO_GL" in os.environ:
+        return
+    import ctypes.util
+
+    os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
+
+
+_choose_gl_backend()
+import mujoco  # noqa: E402  (MUJOCO_GL must be set before the import)
+import mujoco.rollout  # noqa: E402
+
+_FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+
+_OBJ_TYPES = {
+    "joint": mujoco.mjtObj.mjOBJ_JOINT,
+    "body": mujoco.mjtObj.mjOBJ_BODY,
+    "site": mujoco.mjtObj.mjOBJ_SITE,
+    "sensor": mujoco.mjtObj.mjOBJ_SENSOR,
+    "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
+    "geom": mujoco.mjtObj.mjOBJ_GEOM,
+    "camera": mujoco.mjtObj.mjOBJ_CAMERA,
+    "key": mujoco.mjtObj.mjOBJ_KEY,
+}
+
+
+def state_slices(model: mujoco.MjModel) -> dict[str, slice]:
+    """Column ranges of each component inside an mjSTATE_FULLPHYSICS state vector."""
+    parts = [
+        ("time", mujoco.mjtState.mjSTATE_TIME),
+        ("qpos", mujoco.mjtState.mjSTATE_QPOS),
+        ("qvel", mujoco.mjtState.mjSTATE_QVEL),
+        ("act", mujoco.mjtState.mjSTATE_ACT),
+        ("history", mujoco.mjtState.mjSTATE_HISTORY),
+        ("plugin", mujoco.mjtState.mjSTATE_PLUGIN),
+    ]
+    out, start = {}, 0
+    for name, flag in parts:
+        if int(flag) & int(_FULL) == 0:
+            continue
+        size = mujoco.mj_stateSize(model, flag)
+        out[name] = slice(start, start + size)
+        start += size
+    if start != mujoco.mj_stateSize(model, _FULL):
+        raise RuntimeError("unexpected mjSTATE_FULLPHYSICS layout in this MuJoCo version")
+    return out
+
+
+def load_model(path: str | Path) -> mujoco.MjModel:
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"MJCF file {str(p)!r} does not exist")
+    return mujoco.MjModel.from_xml_path(str(p))
+
+
+class MujocoCpuBackend:
+    """N worlds of one MJCF model, stepped in parallel with `mujoco.rollout` on CPU threads.
+
+    Args:
+        model: the MjModel (or a path to its MJCF file).
+        num_envs: number of worlds N.
+        num_threads: worker threads; 0 means one per CPU core.
+        keyframe: name of the keyframe every world starts from (None: the model's default qpos).
+    """
+
+    device = torch.device("cpu")
+
+    def __init__(
+        self,
+        model: mujoco.MjModel | str | Path,
+        num_envs: int,
+        *,
+        num_threads: int = 0,
+        keyframe: str | None = None,
+    ):
+        if num_envs < 1:
+            raise ValueError(f"num_envs = {num_envs}: must be >= 1")
+        self.model = model if isinstance(model, mujoco.MjModel) else load_model(model)
+        self.num_envs = num_envs
+        self.num_threads = num_threads or os.cpu_count() or 1
+        m = self.model
+        # One model per world; entries are replaced by private copies only when a world's parameters change.
+        self._models: list[mujoco.MjModel] = [m] * num_envs
+        self._datas = [mujoco.MjData(m) for _ in range(self.num_threads)]
+        self._pool = mujoco.rollout.Rollout(nthread=self.num_threads)
+        self._scratch = mujoco.MjData(m)  # reset, forward and rendering outside the pool
+        self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+
+        self.slices = state_slices(m)
+        self.nstate = mujoco.mj_stateSize(m, _FULL)
+        self._state = np.zeros((num_envs, self.nstate))  # (N, S) float64
+        self._ctrl = np.zeros((num_envs, m.nu))  # (N, U)
+        self._sensordata = np.zeros((num_envs, m.nsensordata))  # (N, D)
+        mocap_bodies = np.argsort(m.body_mocapid)[-m.nmocap :] if m.nmocap else np.zeros(0, int)
+        self._mocap_pos = np.repeat(m.body_pos[mocap_bodies][None], num_envs, 0)  # (N, M, 3)
+        self._out_state: np.ndarray | None = None  # (N, n, S), allocated per substep count
+        self._out_sensor: np.ndarray | None = None  # (N, n, D)
+
+        st = torch.from_numpy(self._state)
+        self.state = st  # (N, S)
+        self.time = st[:, self.slices["time"].start]  # (N,)
+        self.qpos = st[:, self.slices["qpos"]]  # (N, nq) view
+        self.qvel = st[:, self.slices["qvel"]]  # (N, nv) view
+        self.act = st[:, self.slices["act"]]  # (N, na) view
+        # Mocap poses are not part of mjSTATE_FULLPHYSICS: they only place markers (e.g. a reach target)
+        # for rendering and sensors of reset worlds, never physics, in the tasks here.
+        self.mocap_pos = torch.from_numpy(self._mocap_pos)  # (N, M, 3)
+        self.ctrl = torch.from_numpy(self._ctrl)  # (N, U)
+        self.sensordata = torch.from_numpy(self._sensordata)  # (N, D)
+
+        self._init_state = self._default_state(keyframe)  # (S,)
+        self._state[:] = self._init_state
+        self._forward_worlds(np.arange(num_envs))
+
+    # ------------------------------------------------------------------ names, resolved once
+    def name_id(self, kind: str, name: str) -> int:
+        """Id of a named object; ValueError listing the valid names when it does not exist."""
+        if kind not in _OBJ_TYPES:
+            raise ValueError(f"object kind {kind!r}: allowed kinds are {', '.join(_OBJ_TYPES)}")
+        i = mujoco.mj_name2id(self.model, _OBJ_TYPES[kind], name)
+        if i < 0:
+            raise ValueError(f"{kind} {name!r} is not in the model; {kind}s: {', '.join(self.names(kind))}")
+        return i
+
+    def names(self, kind: str) -> list[str]:
+        count = {
+            "joint": self.model.njnt,
+            "body": self.model.nbody,
+            "site": self.model.nsite,
+            "sensor": self.model.nsensor,
+            "actuator": self.model.nu,
+            "geom": self.model.ngeom,
+            "camera": self.model.ncam,
+            "key": self.model.nkey,
+        }[kind]
+        return [mujoco.mj_id2name(self.model, _OBJ_TYPES[kind], i) or "" for i in range(count)]
+
+    def joint_qpos_index(self, names: Sequence[str]) -> torch.Tensor:
+        """qpos addresses of 1-DoF joints (hinge/slide), in the given order."""
+        return torch.tensor([int(self.model.jnt_qposadr[self.name_id("joint", n)]) for n in names])
+
+    def joint_qvel_index(self, names: Sequence[str]) -> torch.Tensor:
+        return torch.tensor([int(self.model.jnt_dofadr[self.name_id("joint", n)]) for n in names])
+
+    def actuator_index(self, names: Sequence[str]) -> torch.Tensor:
+        return torch.tensor([self.name_id("actuator", n) for n in names])
+
+    def sensor_slice(self, name: str) -> slice:
+        i = self.name_id("sensor", name)
+        adr, dim = int(self.model.sensor_adr[i]), int(self.model.sensor_dim[i])
+        return slice(adr, adr + dim)
+
+    def keyframe_qpos(self, name: str) -> np.ndarray:
+        return self.model.key_qpos[self.name_id("key", name)].copy()
+
+    # ------------------------------------------------------------------ stepping
+    def step(self, n_substeps: int = 1) -> None:
+        """Advance all worlds by `n_substeps` physics steps with the current `ctrl`."""
+        n, s, d = self.num_envs, self.nstate, self.model.nsensordata
+        if self._out_state is None or self._out_state.shape[1] != n_substeps:
+            self._out_state = np.empty((n, n_substeps, s))
+            self._out_sensor = np.empty((n, n_substeps, d))
+        self._pool.rollout(
+            self._models,
+            self._datas,
+            self._state,
+            self._ctrl[:, None, :],  # (N, 1, U): held constant over the substeps
+            nstep=n_substeps,
+            state=self._out_state,
+            sensordata=self._out_sensor,
+        )
+        self._state[:] = self._out_state[:, -1]
+        self._sensordata[:] = self._out_sensor[:, -1]
+
+    def reset(
+        self,
+        ids: torch.Tensor | np.ndarray,
+        qpos: torch.Tensor | np.ndarray | None = None,
+        qvel: torch.Tensor | np.ndarray | None = None,
+    ) -> None:
+        """Reset worlds `ids` (K,) to the initial state, optionally with new qpos (K, nq) / qvel (K, nv)."""
+        idx = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
+        if idx.size == 0:
+            return
+        self._state[idx] = self._init_state
+        if qpos is not None:
+            self._state[idx, self.slices["qpos"]] = _np(qpos)
+        if qvel is not None:
+            self._state[idx, self.slices["qvel"]] = _np(qvel)
+        self._forward_worlds(idx)
+
+    def _forward_worlds(self, idx: np.ndarray) -> None:
+        """Recompute sensors of worlds `idx` at their current state (only after resets)."""
+        d = self._scratch
+        for i in idx.tolist():
+            mujoco.mj_setState(self._models[i], d, self._state[i], _FULL)
+            d.ctrl[:] = self._ctrl[i]
+            d.mocap_pos[:] = self._mocap_pos[i]
+            mujoco.mj_forward(self._models[i], d)
+            self._sensordata[i] = d.sensordata
+
+    def _default_state(self, keyframe: str | None) -> np.ndarray:
+        d = self._scratch
+        mujoco.mj_resetData(self.model, d)
+        if keyframe is not None:
+            mujoco.mj_resetDataKeyframe(self.model, d, self.name_id("key", keyframe))
+            self._ctrl[:] = d.ctrl
+        out = np.empty(self.nstate)
+        mujoco.mj_getState(self.model, d, out, _FULL)
+        return out
+
+    # ------------------------------------------------------------------ per-world parameters
+    def world_model(self, i: int) -> mujoco.MjModel:
+        """A model private to world i: change its fields for domain randomisation (copied on first use)."""
+        if self._models[i] is self.model:
+            self._models[i] = copy.copy(self.model)
+        return self._models[i]
+
+    def set_model_field(self, field: str, ids: Sequence[int], values: np.ndarray) -> None:
+        """Set `model.<field>` for each world in ids; values has shape (len(ids), *field.shape)."""
+        if not hasattr(self.model, field):
+            raise ValueError(f"MjModel has no field {field!r}")
+        for k, i in enumerate(ids):
+            getattr(self.world_model(int(i)), field)[...] = values[k]
+
+    # ------------------------------------------------------------------ rendering
+    def render(
+        self, world: int, *, camera: str | int = -1, width: int = 320, height: int = 240
+    ) -> np.ndarray:
+        """Offscreen RGB frame (H, W, 3) uint8 of one world."""
+        key = (width, height)
+        if key not in self._renderers:
+            self._renderers[key] = mujoco.Renderer(self.model, height=height, width=width)
+        r = self._renderers[key]
+        d = self._scratch
+        mujoco.mj_setState(self._models[world], d, self._state[world], _FULL)
+        d.mocap_pos[:] = self._mocap_pos[world]
+        mujoco.mj_forward(self._models[world], d)
+        cam = self.name_id("camera", camera) if isinstance(camera, str) else camera
+        r.update_scene(d, camera=cam)
+        return r.render()
+
+    def close(self) -> None:
+        for r in self._renderers.values():
+            r.close()
+        self._renderers.clear()
+        self._pool.close()
+
+
+def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
+    return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)

@@ -1,0 +1,76 @@
+"""On-policy rollout storage and the return computation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+
+def compute_gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, last_values: Tensor, *, gamma: float, lam: float
+) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation.
+
+    Args:
+        rewards: (T, N) rewards, time-outs already bootstrapped (r + gamma * V(s_final)).
+        values: (T, N) V(s_t) predicted during the rollout.
+        dones: (T, N) 1 where the episode ended after step t (terminated or truncated), else 0.
+        last_values: (N,) V(s_T) of the observation after the last step.
+        gamma: discount.
+        lam: GAE lambda.
+
+    Returns:
+        advantages (T, N) and returns = advantages + values (T, N).
+    """
+    steps = rewards.shape[0]
+    advantages = torch.empty_like(rewards)
+    next_adv = torch.zeros_like(last_values)
+    next_value = last_values
+    not_done = 1.0 - dones.to(rewards.dtype)
+    for t in reversed(range(steps)):
+        delta = rewards[t] + gamma * next_value * not_done[t] - values[t]
+        next_adv = delta + gamma * lam * not_done[t] * next_adv
+        advantages[t] = next_adv
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+class RolloutStorage:
+    """Preallocated (T, N, ...) buffers for one PPO iteration. Observations are stored normalised."""
+
+    def __init__(self, steps: int, num_envs: int, obs_dim: int, critic_obs_dim: int, action_dim: int):
+        t, n = steps, num_envs
+        self.steps = steps
+        self.obs = torch.zeros(t, n, obs_dim)
+        self.critic_obs = torch.zeros(t, n, critic_obs_dim)
+        self.actions = torch.zeros(t, n, action_dim)
+        self.log_probs = torch.zeros(t, n)
+        self.means = torch.zeros(t, n, action_dim)
+        self.values = torch.zeros(t, n)
+        self.rewards = torch.zeros(t, n)
+        self.dones = torch.zeros(t, n)
+        self.advantages = torch.zeros(t, n)
+        self.returns = torch.zeros(t, n)
+        self.step = 0
+
+    def minibatches(self, num_mini_batches: int, epochs: int, generator: torch.Generator) -> Iterator[dict[str, Tensor]]:
+        """Shuffled minibatches over the flattened (T * N) batch, `epochs` times."""
+        b_size = self.steps * self.obs.shape[1]
+        batch = {
+            "obs": self.obs.flatten(0, 1),  # (B, O)
+            "critic_obs": self.critic_obs.flatten(0, 1),  # (B, O_c)
+            "actions": self.actions.flatten(0, 1),  # (B, A)
+            "log_probs": self.log_probs.flatten(),  # (B,)
+            "means": self.means.flatten(0, 1),  # (B, A)
+            "values": self.values.flatten(),  # (B,)
+            "advantages": self.advantages.flatten(),  # (B,)
+            "returns": self.returns.flatten(),  # (B,)
+        }
+        mb_size = b_size // num_mini_batches
+        for _ in range(epochs):
+            perm = torch.randperm(b_size, generator=generator)
+            for i in range(num_mini_batches):
+                idx = perm[i * mb_size : (i + 1) * mb_size]
+                yield {k: v[idx] for k, v in batch.items()}

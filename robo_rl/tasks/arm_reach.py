@@ -1,0 +1,145 @@
+"""arm-reach: a 7-DoF Franka Panda moves its end-effector to random targets.
+
+Joint-position-offset actions (q* = q_default + scale * a) drive the arm's position actuators;
+the robot's own gravity compensation is modelled with MJCF `gravcomp`. One target per episode;
+the metric is the end-effector distance at the end of the episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from robo_rl.config import _f
+from robo_rl.contract import DeployContract, ObsTerm
+from robo_rl.tasks import observations as obs
+from robo_rl.tasks import rewards as rew
+from robo_rl.tasks.base import TaskEnv, check_reward_names
+
+PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmReachConfig:
+    """arm-reach task parameters."""
+
+    model: str = "envs/panda.xml"
+    """MJCF scene (relative to the repository root or absolute)."""
+    physics_dt: float = _f(0.005, gt=0.0, le=0.02)
+    """Physics time step in seconds."""
+    decimation: int = _f(4, ge=1)
+    """Physics steps per policy step (policy_dt = physics_dt * decimation)."""
+    episode_length_s: float = _f(3.0, gt=0.0)
+    """Episode length; one target per episode."""
+    action_scale: float = _f(0.5, gt=0.0)
+    """Joint offset in rad per unit of action."""
+    action_clip: float = _f(3.0, gt=0.0)
+    """Raw actions are clipped to +-action_clip before scaling."""
+    init_joint_noise: float = _f(0.3, ge=0.0)
+    """Initial joints are the home pose plus uniform noise of this half-width (rad)."""
+    target_low: tuple[float, ...] = _f((0.35, -0.25, 0.15))
+    """Lower corner of the target box in the base frame (m)."""
+    target_high: tuple[float, ...] = _f((0.65, 0.25, 0.55))
+    """Upper corner of the target box in the base frame (m)."""
+    success_distance: float = _f(0.03, gt=0.0)
+    """An episode succeeds when its final end-effector distance is below this (m)."""
+    tanh_std: float = _f(0.05, gt=0.0)
+    """Length scale of the sharp near-target bonus (m)."""
+    rewards: dict[str, float] = _f(
+        {"position_error": -1.0, "position_error_tanh": 1.0, "action_rate": -0.005, "joint_vel": -0.001}
+    )
+    """Scale of each reward term (sum of scale * term * dt)."""
+
+    def validate(self) -> None:
+        check_reward_names(self.rewards, ArmReachEnv.reward_terms)
+        for name in ("target_low", "target_high"):
+            if len(getattr(self, name)) != 3:
+                raise ValueError(f"config error: env.{name} = {getattr(self, name)!r}: expected 3 numbers (x, y, z)")
+        if any(lo > hi for lo, hi in zip(self.target_low, self.target_high)):
+            raise ValueError(f"config error: env.target_low = {self.target_low!r}: must not exceed env.target_high")
+
+
+class ArmReachEnv(TaskEnv):
+    description = "7-DoF Franka Panda reaches random end-effector targets (joint-position-offset actions)"
+    joint_names = PANDA_JOINTS
+    keyframe = "home"
+    reward_terms = ("position_error", "position_error_tanh", "action_rate", "joint_vel")
+    policy_terms = (
+        ObsTerm(name="joint_pos_rel", dim=7),
+        ObsTerm(name="joint_vel", dim=7),
+        ObsTerm(name="ee_pos", dim=3),
+        ObsTerm(name="target_pos", dim=3),
+        ObsTerm(name="last_action", dim=7),
+    )
+    critic_extra_terms = ()
+
+    def __init__(self, cfg: ArmReachConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
+        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
+        self._ee_sensor = self.backend.sensor_slice("ee_pos")
+        self.base_pos = torch.zeros(3)  # the arm's base sits at the world origin
+        self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame
+        self.action = torch.zeros(num_envs, self.action_dim)  # (N, A)
+        self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A)
+        self._target_low = torch.tensor(cfg.target_low)
+        self._target_high = torch.tensor(cfg.target_high)
+
+    @property
+    def ee_pos_w(self) -> Tensor:
+        return self.backend.sensordata[:, self._ee_sensor].to(torch.float32)  # (N, 3)
+
+    def _apply_action(self, action: Tensor) -> None:
+        self.prev_action.copy_(self.action)
+        self.action.copy_(action)
+        self._set_joint_targets(self.default_joint_pos + self.cfg.action_scale * action)
+
+    def _obs_terms(self) -> dict[str, Tensor]:
+        return {
+            "joint_pos_rel": obs.joint_pos_rel(self.joint_pos.to(torch.float32), self.default_joint_pos),
+            "joint_vel": obs.joint_vel(self.joint_vel),
+            "ee_pos": obs.ee_pos(self.ee_pos_w, self.base_pos),
+            "target_pos": obs.target_pos(self.target, self.base_pos),
+            "last_action": obs.last_action(self.action),
+        }
+
+    def _reward_terms(self) -> dict[str, Tensor]:
+        ee = self.ee_pos_w
+        return {
+            "position_error": rew.cost_position_error_l2(ee, self.target),
+            "position_error_tanh": rew.reward_position_error_tanh(ee, self.target, std=self.cfg.tanh_std),
+            "action_rate": rew.cost_action_rate_l2(self.action, self.prev_action),
+            "joint_vel": rew.cost_joint_vel_l2(self.joint_vel.to(torch.float32)),
+        }
+
+    def _reset_worlds(self, ids: Tensor) -> None:
+        k = ids.numel()
+        noise = self._uniform(k, -self.cfg.init_joint_noise, self.cfg.init_joint_noise, self.action_dim)
+        q = (self.default_joint_pos + noise).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
+        qpos = self.backend.qpos[ids].clone()
+        qpos[:, self.q_idx] = q.to(torch.float64)
+        self._set_targets_rows(ids, q)
+        self.target[ids] = self.base_pos + self._uniform(k, self._target_low, self._target_high, 3)
+        self.backend.mocap_pos[ids, 0] = self.target[ids].to(torch.float64)
+        self.action[ids] = 0.0
+        self.prev_action[ids] = 0.0
+        self.backend.reset(ids, qpos=qpos, qvel=torch.zeros(k, self.backend.model.nv))
+
+    def _set_targets_rows(self, ids: Tensor, q: Tensor) -> None:
+        """Hold the reset pose until the first action arrives."""
+        self.backend.ctrl[ids.unsqueeze(-1), self.act_idx] = q.to(torch.float64)
+
+    def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
+        dist = (self.ee_pos_w[ids] - self.target[ids]).norm(dim=-1)
+        return {"ee_distance_final": dist, "success": (dist < self.cfg.success_distance).to(torch.float32)}
+
+    def _task_buffers(self) -> dict[str, Tensor]:
+        return {"target": self.target, "action": self.action, "prev_action": self.prev_action}
+
+    @property
+    def contract(self) -> DeployContract:
+        return self._make_contract(
+            "panda",
+            "joint_position_offset",
+            {"target_low": list(self.cfg.target_low), "target_high": list(self.cfg.target_high)},
+        )

@@ -1,0 +1,261 @@
+"""quadruped-walk-flat: a 12-DoF Unitree Go2 tracks random base velocity commands on flat ground.
+
+PD position actuators (q* = q_default + scale * a), observations in the deploy vocabulary, and
+legged-gym-style rewards (velocity tracking kernels, regularisers, feet air time).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from robo_rl.config import _f
+from robo_rl.contract import DeployContract, ObsTerm
+from robo_rl.tasks import observations as obs
+from robo_rl.tasks import rewards as rew
+from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.rotations import quat_rotate, yaw_quat
+
+GO2_LEGS = ("FL", "FR", "RL", "RR")
+GO2_JOINTS = tuple(f"{leg}_{part}_joint" for leg in GO2_LEGS for part in ("hip", "thigh", "calf"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuadrupedWalkConfig:
+    """quadruped-walk-flat task parameters."""
+
+    model: str = "envs/go2.xml"
+    """MJCF scene (relative to the repository root or absolute)."""
+    physics_dt: float = _f(0.005, gt=0.0, le=0.01)
+    """Physics time step in seconds."""
+    decimation: int = _f(4, ge=1)
+    """Physics steps per policy step (policy_dt = physics_dt * decimation)."""
+    episode_length_s: float = _f(20.0, gt=0.0)
+    """Episode length (time-out)."""
+    action_scale: float = _f(0.25, gt=0.0)
+    """Joint offset in rad per unit of action."""
+    action_clip: float = _f(10.0, gt=0.0)
+    """Raw actions are clipped to +-action_clip before scaling."""
+    lin_vel_x: tuple[float, ...] = _f((-1.0, 1.0))
+    """Range of commanded forward velocity (m/s)."""
+    lin_vel_y: tuple[float, ...] = _f((-0.5, 0.5))
+    """Range of commanded lateral velocity (m/s)."""
+    ang_vel_z: tuple[float, ...] = _f((-1.0, 1.0))
+    """Range of commanded yaw rate (rad/s)."""
+    command_resample_s: float = _f(10.0, gt=0.0)
+    """Commands are resampled this often."""
+    standing_fraction: float = _f(0.05, ge=0.0, le=1.0)
+    """Fraction of commands that are zero (stand still)."""
+    tracking_sigma: float = _f(0.5, gt=0.0)
+    """Width of the velocity tracking kernels (exp(-err^2 / sigma^2))."""
+    feet_air_time_threshold: float = _f(0.4, ge=0.0)
+    """Steps longer than this are rewarded by feet_air_time (s)."""
+    min_base_height: float = _f(0.15, ge=0.0)
+    """Episodes end when the base drops below this height (m)."""
+    max_tilt_cos: float = _f(0.3, ge=-1.0, le=1.0)
+    """Episodes end when gravity's z component in the base frame exceeds -max_tilt_cos (tipped over)."""
+    rewards: dict[str, float] = _f(
+        {
+            "track_lin_vel_xy": 1.0,
+            "track_ang_vel_z": 0.5,
+            "lin_vel_z": -2.0,
+            "ang_vel_xy": -0.05,
+            "flat_orientation": -2.5,
+            "joint_torques": -2e-4,
+            "joint_acc": -2.5e-7,
+            "action_rate": -0.01,
+            "feet_air_time": 0.25,
+        }
+    )
+    """Scale of each reward term (sum of scale * term * dt)."""
+
+    def validate(self) -> None:
+        check_reward_names(self.rewards, QuadrupedWalkEnv.reward_terms)
+        for name in ("lin_vel_x", "lin_vel_y", "ang_vel_z"):
+            lo_hi = getattr(self, name)
+            if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]:
+                raise ValueError(f"config error: env.{name} = {lo_hi!r}: expected [low, high] with low <= high")
+
+
+class QuadrupedWalkEnv(TaskEnv):
+    description = "12-DoF Unitree Go2 tracks random base velocity commands on flat ground (PD position actions)"
+    joint_names = GO2_JOINTS
+    keyframe = "home"
+    reward_terms = (
+        "track_lin_vel_xy",
+        "track_ang_vel_z",
+        "lin_vel_z",
+        "ang_vel_xy",
+        "flat_orientation",
+        "joint_torques",
+        "joint_acc",
+        "action_rate",
+        "feet_air_time",
+    )
+    policy_terms = (
+        ObsTerm(name="base_ang_vel", dim=3),
+        ObsTerm(name="projected_gravity", dim=3),
+        ObsTerm(name="velocity_command", dim=3),
+        ObsTerm(name="joint_pos_rel", dim=12),
+        ObsTerm(name="joint_vel", dim=12),
+        ObsTerm(name="last_action", dim=12),
+    )
+    critic_extra_terms = (ObsTerm(name="base_lin_vel", dim=3),)
+
+    def __init__(self, cfg: QuadrupedWalkConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
+        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
+        b = self.backend
+        self._foot_sensors = [b.sensor_slice(f"{leg}_foot_pos") for leg in GO2_LEGS]
+        foot_geom = b.name_id("geom", "FL_foot")
+        self._foot_contact_z = float(b.model.geom_size[foot_geom, 0]) + 0.005
+        self._init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]].copy())  # (nq,)
+        self.command = torch.zeros(num_envs, 3)  # (N, 3) v_x, v_y, yaw rate
+        self.command_time = torch.zeros(num_envs)  # (N,) seconds until resampling
+        self.action = torch.zeros(num_envs, self.action_dim)
+        self.prev_action = torch.zeros(num_envs, self.action_dim)
+        self.prev_joint_vel = torch.zeros(num_envs, self.action_dim)
+        self.air_time = torch.zeros(num_envs, 4)  # (N, F)
+        self.last_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
+        self._first_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
+        self._air_time_at_touchdown = torch.zeros(num_envs, 4)
+
+    # ------------------------------------------------------------------ state views
+    @property
+    def base_pos(self) -> Tensor:
+        return self.backend.qpos[:, 0:3].to(torch.float32)  # (N, 3)
+
+    @property
+    def base_quat(self) -> Tensor:
+        return self.backend.qpos[:, 3:7].to(torch.float32)  # (N, 4) wxyz
+
+    @property
+    def lin_vel_b(self) -> Tensor:
+        return obs.base_lin_vel(self.base_quat, self.backend.qvel[:, 0:3].to(torch.float32))  # (N, 3)
+
+    @property
+    def ang_vel_b(self) -> Tensor:
+        return self.backend.qvel[:, 3:6].to(torch.float32)  # (N, 3) body frame
+
+    # ------------------------------------------------------------------ task hooks
+    def _apply_action(self, action: Tensor) -> None:
+        self.prev_action.copy_(self.action)
+        self.action.copy_(action)
+        self.prev_joint_vel.copy_(self.joint_vel)
+        self._set_joint_targets(self.default_joint_pos + self.cfg.action_scale * action)
+
+    def _post_physics(self) -> None:
+        feet_z = torch.stack([self.backend.sensordata[:, s][:, 2] for s in self._foot_sensors], dim=-1)  # (N, F)
+        contact = feet_z.to(torch.float32) < self._foot_contact_z
+        self._first_contact = (self.air_time > 0) & contact
+        self._air_time_at_touchdown = self.air_time * self._first_contact
+        self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + self.dt)
+        self.last_contact = contact
+        self.command_time -= self.dt
+        resample = (self.command_time <= 0).nonzero().squeeze(-1)
+        if resample.numel() > 0:
+            self._resample_commands(resample)
+
+    def _obs_terms(self) -> dict[str, Tensor]:
+        quat = self.base_quat
+        return {
+            "base_ang_vel": obs.base_ang_vel(self.ang_vel_b),
+            "projected_gravity": obs.projected_gravity(quat),
+            "velocity_command": obs.velocity_command(self.command),
+            "joint_pos_rel": obs.joint_pos_rel(self.joint_pos.to(torch.float32), self.default_joint_pos),
+            "joint_vel": obs.joint_vel(self.joint_vel.to(torch.float32)),
+            "last_action": obs.last_action(self.action),
+            "base_lin_vel": obs.base_lin_vel(quat, self.backend.qvel[:, 0:3].to(torch.float32)),
+        }
+
+    def _reward_terms(self) -> dict[str, Tensor]:
+        lin_vel_b, ang_vel_b = self.lin_vel_b, self.ang_vel_b
+        dq = self.joint_vel.to(torch.float32)
+        q = self.joint_pos.to(torch.float32)
+        q_target = self.backend.ctrl[:, self.act_idx].to(torch.float32)
+        torque = rew.pd_torque(q_target, q, dq, kp=self.kp, kd=self.kd, limit=self.torque_limit)
+        moving = self.command[:, :2].norm(dim=-1) > 0.1
+        sigma = self.cfg.tracking_sigma
+        return {
+            "track_lin_vel_xy": rew.reward_track_lin_vel_xy_exp(lin_vel_b, self.command, sigma=sigma),
+            "track_ang_vel_z": rew.reward_track_ang_vel_z_exp(ang_vel_b, self.command, sigma=sigma),
+            "lin_vel_z": rew.cost_lin_vel_z_l2(lin_vel_b),
+            "ang_vel_xy": rew.cost_ang_vel_xy_l2(ang_vel_b),
+            "flat_orientation": rew.cost_flat_orientation_l2(obs.projected_gravity(self.base_quat)),
+            "joint_torques": rew.cost_joint_torques_l2(torque),
+            "joint_acc": rew.cost_joint_acc_l2(dq, self.prev_joint_vel, dt=self.dt),
+            "action_rate": rew.cost_action_rate_l2(self.action, self.prev_action),
+            "feet_air_time": rew.reward_feet_air_time(
+                self._air_time_at_touchdown, self._first_contact, moving, threshold=self.cfg.feet_air_time_threshold
+            ),
+        }
+
+    def _terminated(self) -> Tensor:
+        fallen = self.base_pos[:, 2] < self.cfg.min_base_height
+        tipped = obs.projected_gravity(self.base_quat)[:, 2] > -self.cfg.max_tilt_cos
+        return fallen | tipped
+
+    def _reset_worlds(self, ids: Tensor) -> None:
+        k = ids.numel()
+        qpos = self._init_qpos.repeat(k, 1)  # (K, nq)
+        yaw = self._uniform(k, -math.pi, math.pi)
+        qpos[:, 3:7] = yaw_quat(yaw).to(torch.float64)
+        scale = self._uniform(k, 0.5, 1.5, self.action_dim)
+        q = (self.default_joint_pos * scale).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
+        qpos[:, self.q_idx] = q.to(torch.float64)
+        qvel = torch.zeros(k, self.backend.model.nv, dtype=torch.float64)
+        lin_w = quat_rotate(yaw_quat(yaw), self._uniform(k, -0.3, 0.3, 3))
+        qvel[:, 0:3] = lin_w.to(torch.float64)
+        qvel[:, 3:6] = self._uniform(k, -0.3, 0.3, 3).to(torch.float64)
+        self.backend.ctrl[ids.unsqueeze(-1), self.act_idx] = q.to(torch.float64)
+        self.action[ids] = 0.0
+        self.prev_action[ids] = 0.0
+        self.prev_joint_vel[ids] = 0.0
+        self.air_time[ids] = 0.0
+        self.last_contact[ids] = False
+        self._first_contact[ids] = False
+        self._air_time_at_touchdown[ids] = 0.0
+        self._resample_commands(ids)
+        self.backend.reset(ids, qpos=qpos, qvel=qvel)
+
+    def _resample_commands(self, ids: Tensor) -> None:
+        k, c = ids.numel(), self.cfg
+        cmd = torch.stack(
+            [
+                self._uniform(k, *c.lin_vel_x),
+                self._uniform(k, *c.lin_vel_y),
+                self._uniform(k, *c.ang_vel_z),
+            ],
+            dim=-1,
+        )
+        standing = torch.rand(k, generator=self.generator) < c.standing_fraction
+        self.command[ids] = cmd * ~standing.unsqueeze(-1)
+        self.command_time[ids] = c.command_resample_s
+
+    def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
+        err = (self.command[ids, :2] - self.lin_vel_b[ids, :2]).norm(dim=-1)
+        return {"lin_vel_error": err}
+
+    def _task_buffers(self) -> dict[str, Tensor]:
+        return {
+            "command": self.command,
+            "command_time": self.command_time,
+            "action": self.action,
+            "prev_action": self.prev_action,
+            "prev_joint_vel": self.prev_joint_vel,
+            "air_time": self.air_time,
+            "last_contact": self.last_contact,
+            "first_contact": self._first_contact,
+            "air_time_at_touchdown": self._air_time_at_touchdown,
+        }
+
+    @property
+    def contract(self) -> DeployContract:
+        c = self.cfg
+        return self._make_contract(
+            "go2",
+            "joint_position_offset",
+            {"lin_vel_x": list(c.lin_vel_x), "lin_vel_y": list(c.lin_vel_y), "ang_vel_z": list(c.ang_vel_z)},
+        )

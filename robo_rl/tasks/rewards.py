@@ -1,0 +1,78 @@
+"""Reward and cost terms: pure functions of batched state returning (N,) tensors.
+
+`reward_*` terms are positive goods, `cost_*` terms are penalties (given negative scales in the
+task config). The task sums scale * term * dt.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def reward_track_lin_vel_xy_exp(lin_vel_b: Tensor, command: Tensor, *, sigma: float) -> Tensor:
+    """exp(-|v_xy - cmd_xy|^2 / sigma^2) with velocities in the base frame."""
+    err = (command[:, :2] - lin_vel_b[:, :2]).square().sum(-1)
+    return torch.exp(-err / sigma**2)
+
+
+def reward_track_ang_vel_z_exp(ang_vel_b: Tensor, command: Tensor, *, sigma: float) -> Tensor:
+    """exp(-(w_z - cmd_yaw_rate)^2 / sigma^2)."""
+    return torch.exp(-(command[:, 2] - ang_vel_b[:, 2]).square() / sigma**2)
+
+
+def cost_lin_vel_z_l2(lin_vel_b: Tensor) -> Tensor:
+    return lin_vel_b[:, 2].square()
+
+
+def cost_ang_vel_xy_l2(ang_vel_b: Tensor) -> Tensor:
+    return ang_vel_b[:, :2].square().sum(-1)
+
+
+def cost_flat_orientation_l2(projected_gravity: Tensor) -> Tensor:
+    """Tilt: squared xy components of gravity seen from the base."""
+    return projected_gravity[:, :2].square().sum(-1)
+
+
+def cost_joint_torques_l2(torque: Tensor) -> Tensor:
+    return torque.square().sum(-1)
+
+
+def cost_joint_acc_l2(joint_vel: Tensor, prev_joint_vel: Tensor, *, dt: float) -> Tensor:
+    return ((joint_vel - prev_joint_vel) / dt).square().sum(-1)
+
+
+def cost_joint_vel_l2(joint_vel: Tensor) -> Tensor:
+    return joint_vel.square().sum(-1)
+
+
+def cost_action_rate_l2(action: Tensor, prev_action: Tensor) -> Tensor:
+    return (action - prev_action).square().sum(-1)
+
+
+def cost_position_error_l2(pos: Tensor, target: Tensor) -> Tensor:
+    """Euclidean distance |pos - target| (N,)."""
+    return (pos - target).norm(dim=-1)
+
+
+def reward_position_error_tanh(pos: Tensor, target: Tensor, *, std: float) -> Tensor:
+    """1 - tanh(|pos - target| / std): a sharp bonus near the target."""
+    return 1.0 - torch.tanh((pos - target).norm(dim=-1) / std)
+
+
+def reward_feet_air_time(air_time: Tensor, first_contact: Tensor, moving: Tensor, *, threshold: float) -> Tensor:
+    """Sum over feet touching down this step of (air time - threshold), only while motion is commanded.
+
+    Args:
+        air_time: (N, F) seconds each foot spent in the air before this step.
+        first_contact: (N, F) bool, feet that touched down this step.
+        moving: (N,) bool, true when the command asks for motion.
+    """
+    return ((air_time - threshold) * first_contact).sum(-1) * moving
+
+
+def pd_torque(
+    q_target: Tensor, q: Tensor, dq: Tensor, *, kp: Tensor, kd: Tensor, limit: Tensor
+) -> Tensor:
+    """Torque of a position actuator kp (q* - q) - kd dq, clipped to +-limit (N, J)."""
+    return (kp * (q_target - q) - kd * dq).clamp(-limit, limit)

@@ -184,17 +184,23 @@ class MujocoCpuBackend:
     def step(self, n_substeps: int = 1) -> None:
         """Advance all worlds by `n_substeps` physics steps with the current `ctrl`."""
         n, s, d = self.num_envs, self.nstate, self.model.nsensordata
+        if n_substeps < 1:
+            raise ValueError(f"n_substeps = {n_substeps}: must be >= 1")
         if self._out_state is None or self._out_state.shape[1] != n_substeps:
             self._out_state = np.empty((n, n_substeps, s))
             self._out_sensor = np.empty((n, n_substeps, d))
+            self._ctrl_seq = np.empty((n, n_substeps, self.model.nu))
+        self._ctrl_seq[:] = self._ctrl[:, None, :]  # (N, n, U): held constant over the substeps
+        # All arrays are preallocated with exact shapes, so the wrapper's per-call checks are skipped.
         self._pool.rollout(
             self._models,
             self._datas,
             self._state,
-            self._ctrl[:, None, :],  # (N, 1, U): held constant over the substeps
+            self._ctrl_seq,
             nstep=n_substeps,
             state=self._out_state,
             sensordata=self._out_sensor,
+            skip_checks=True,
         )
         self._state[:] = self._out_state[:, -1]
         self._sensordata[:] = self._out_sensor[:, -1]

@@ -118,16 +118,12 @@ class ArmReachEnv(TaskEnv):
         q = (self.default_joint_pos + noise).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
         qpos = self.backend.qpos[ids].clone()
         qpos[:, self.q_idx] = q.to(torch.float64)
-        self._set_targets_rows(ids, q)
+        self._set_joint_targets(q, ids)  # hold the reset pose until the first action arrives
         self.target[ids] = self.base_pos + self._uniform(k, self._target_low, self._target_high, 3)
         self.backend.mocap_pos[ids, 0] = self.target[ids].to(torch.float64)
         self.action[ids] = 0.0
         self.prev_action[ids] = 0.0
         self.backend.reset(ids, qpos=qpos, qvel=torch.zeros(k, self.backend.model.nv))
-
-    def _set_targets_rows(self, ids: Tensor, q: Tensor) -> None:
-        """Hold the reset pose until the first action arrives."""
-        self.backend.ctrl[ids.unsqueeze(-1), self.act_idx] = q.to(torch.float64)
 
     def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
         dist = (self.ee_pos_w[ids] - self.target[ids]).norm(dim=-1)

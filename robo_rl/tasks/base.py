@@ -72,10 +72,11 @@ class TaskEnv:
     def _resolve_joints(self) -> None:
         """Joint addresses and PD parameters of `joint_names` (position actuators named like the joints)."""
         b, m = self.backend, self.backend.model
-        self.q_idx = b.joint_qpos_index(self.joint_names)  # (J,)
-        self.dq_idx = b.joint_qvel_index(self.joint_names)  # (J,)
-        self.act_idx = b.actuator_index(self.joint_names)  # (J,)
-        a = self.act_idx.numpy()
+        # Consecutive addresses become slices: a slice of a state view is itself a view (no gather).
+        self.q_idx = as_slice(b.joint_qpos_index(self.joint_names))  # (J,)
+        self.dq_idx = as_slice(b.joint_qvel_index(self.joint_names))  # (J,)
+        self.act_idx = as_slice(b.actuator_index(self.joint_names))  # (J,)
+        a = torch.arange(m.nu)[self.act_idx].numpy()
         self.kp = torch.tensor(m.actuator_gainprm[a, 0], dtype=torch.float32)  # (J,)
         self.kd = torch.tensor(-m.actuator_biasprm[a, 2], dtype=torch.float32)  # (J,)
         self.torque_limit = torch.tensor(m.actuator_forcerange[a, 1], dtype=torch.float32)  # (J,)
@@ -92,9 +93,14 @@ class TaskEnv:
     def joint_vel(self) -> Tensor:
         return self.backend.qvel[:, self.dq_idx]  # (N, J) float64
 
-    def _set_joint_targets(self, q_target: Tensor) -> None:
-        """Write joint position targets (N, J) into the position actuators' ctrl."""
-        self.backend.ctrl[:, self.act_idx] = q_target.to(torch.float64)
+    def _set_joint_targets(self, q_target: Tensor, ids: Tensor | None = None) -> None:
+        """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl."""
+        if ids is None:
+            self.backend.ctrl[:, self.act_idx] = q_target.to(torch.float64)
+        else:
+            rows = self.backend.ctrl[ids]  # (K, U)
+            rows[:, self.act_idx] = q_target.to(torch.float64)
+            self.backend.ctrl[ids] = rows
 
     def _make_contract(self, robot: str, action_kind: str, extra: dict[str, Any]) -> DeployContract:
         return DeployContract(
@@ -273,6 +279,14 @@ class TaskEnv:
 
     def close(self) -> None:
         self.backend.close()
+
+
+def as_slice(index: Tensor) -> slice | Tensor:
+    """`index` as a slice when it is a run of consecutive integers, else unchanged."""
+    start = int(index[0])
+    if torch.equal(index, torch.arange(start, start + len(index))):
+        return slice(start, start + len(index))
+    return index
 
 
 def check_reward_names(rewards: dict[str, float], allowed: tuple[str, ...], path: str = "env.rewards") -> None:

@@ -209,7 +209,7 @@ class QuadrupedWalkEnv(TaskEnv):
         lin_w = quat_rotate(yaw_quat(yaw), self._uniform(k, -0.3, 0.3, 3))
         qvel[:, 0:3] = lin_w.to(torch.float64)
         qvel[:, 3:6] = self._uniform(k, -0.3, 0.3, 3).to(torch.float64)
-        self.backend.ctrl[ids.unsqueeze(-1), self.act_idx] = q.to(torch.float64)
+        self._set_joint_targets(q, ids)
         self.action[ids] = 0.0
         self.prev_action[ids] = 0.0
         self.prev_joint_vel[ids] = 0.0

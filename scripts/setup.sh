@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Set up robo_rl in ./.venv with the pinned versions of constraints.txt. Safe to run again.
+#   - system libraries for headless rendering (EGL / OSMesa) when running as root with apt;
+#   - the CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build);
+#   - robo_rl in editable mode with the dev extra (tests, benchmarks' reference libraries).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = "0" ]; then
+  if ! ldconfig -p | grep -q 'libEGL.so.1' || ! ldconfig -p | grep -q 'libOSMesa'; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libegl1 libgl1 libosmesa6 >/dev/null
+  fi
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt torch==2.13.0
+.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev]"
+echo "robo_rl is set up in .venv ($(.venv/bin/python -c 'import torch, mujoco; print("torch", torch.__version__, "mujoco", mujoco.__version__)'))"

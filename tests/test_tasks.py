@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from robo_rl.tasks import TASKS, make_env
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_task_steps_with_finite_obs_of_contract_shapes(name):
+    env = make_env(name, 8, seed=3)
+    contract = env.contract
+    obs = env.reset()
+    assert obs["policy"].shape == (8, contract.obs_dim)
+    assert env.action_dim == contract.action_dim == len(contract.joint_names)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(100):
+        actions = torch.randn(8, env.action_dim, generator=gen)
+        obs, reward, terminated, truncated, info = env.step(actions)
+        assert obs["policy"].shape == (8, contract.obs_dim)
+        assert obs["critic"].shape == (8, env.obs_dims["critic"])
+        assert info["final_obs"]["policy"].shape == (8, contract.obs_dim)
+        assert reward.shape == terminated.shape == truncated.shape == (8,)
+        for group in obs.values():
+            assert torch.isfinite(group).all()
+        assert torch.isfinite(reward).all()
+    env.close()
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_same_seed_same_trajectory(name):
+    def rollout(seed):
+        env = make_env(name, 4, seed=seed)
+        obs = env.reset()
+        gen = torch.Generator().manual_seed(1)
+        out = [obs["policy"]]
+        for _ in range(30):
+            obs, reward, *_ = env.step(torch.randn(4, env.action_dim, generator=gen))
+            out += [obs["policy"], reward[:, None]]
+        env.close()
+        return torch.cat(out, dim=-1)
+
+    a, b, c = rollout(7), rollout(7), rollout(8)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_final_obs_is_observation_before_reset():
+    env = make_env("arm-reach", 2, seed=0)
+    env.reset(random_start=False)
+    zero = torch.zeros(2, env.action_dim)
+    for _ in range(env.max_episode_length - 1):
+        obs, _, _, truncated, _ = env.step(zero)
+        assert not truncated.any()
+    obs, _, terminated, truncated, info = env.step(zero)
+    assert truncated.all() and not terminated.any()
+    assert not torch.equal(info["final_obs"]["policy"], obs["policy"])  # new targets after the reset
+    assert "Metrics/ee_distance_final" in info["log"]
+    assert info["episode"]["ids"].tolist() == [0, 1]
+
+
+def test_contract_describes_the_policy():
+    env = make_env("quadruped-walk-flat", 2)
+    c = env.contract
+    assert c.joint_names[:3] == ("FL_hip_joint", "FL_thigh_joint", "FL_calf_joint")
+    assert [t.name for t in c.observation] == [
+        "base_ang_vel", "projected_gravity", "velocity_command", "joint_pos_rel", "joint_vel", "last_action"
+    ]
+    assert c.policy_dt == pytest.approx(0.02)
+    assert len(c.kp) == len(c.kd) == len(c.torque_limits) == len(c.default_joint_pos) == 12
+    assert all(k > 0 for k in c.kp)
+    from robo_rl.contract import DeployContract
+
+    assert DeployContract.from_json(c.to_json()) == c
+
+
+def test_quadruped_stands_with_zero_actions():
+    env = make_env("quadruped-walk-flat", 4, seed=0)
+    env.reset(random_start=False)
+    for _ in range(100):  # 2 s
+        _, _, terminated, _, _ = env.step(torch.zeros(4, env.action_dim))
+        assert not terminated.any()
+    assert (env.base_pos[:, 2] > 0.2).all()

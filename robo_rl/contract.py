@@ -111,7 +111,9 @@ class DeployContract:
             raise ValueError("deploy contract must be a JSON object")
         version = raw.get("version")
         if version != CONTRACT_VERSION:
-            raise ValueError(f"deploy contract version {version!r} is not supported (this build reads {CONTRACT_VERSION})")
+            raise ValueError(
+                f"deploy contract version {version!r} is not supported (this build reads {CONTRACT_VERSION})"
+            )
         try:
             raw["action"] = ActionSpec(**{**raw["action"], "scale": tuple(raw["action"]["scale"])})
             raw["observation"] = tuple(ObsTerm(**t) for t in raw["observation"])

@@ -55,7 +55,9 @@ class RolloutStorage:
         self.returns = torch.zeros(t, n)
         self.step = 0
 
-    def minibatches(self, num_mini_batches: int, epochs: int, generator: torch.Generator) -> Iterator[dict[str, Tensor]]:
+    def minibatches(
+        self, num_mini_batches: int, epochs: int, generator: torch.Generator
+    ) -> Iterator[dict[str, Tensor]]:
         """Shuffled minibatches over the flattened (T * N) batch, `epochs` times."""
         b_size = self.steps * self.obs.shape[1]
         batch = {

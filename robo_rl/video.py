@@ -33,7 +33,9 @@ def write_mp4(path: str | Path, frames: list[np.ndarray], fps: float) -> None:
 
 
 @torch.no_grad()
-def record_episodes(env, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, *, size=(320, 240)) -> list[np.ndarray]:
+def record_episodes(
+    env, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, *, size: tuple[int, int] = (320, 240)
+) -> list[np.ndarray]:
     """Frames of world 0 over `episodes` episodes of `env` driven by `policy` (raw obs -> actions)."""
     frames = []
     obs = env.reset(random_start=False)

@@ -32,7 +32,6 @@ from robo_rl.algos.ppo import PPO  # noqa: E402
 from robo_rl.config import PolicyConfig, PPOConfig  # noqa: E402
 from robo_rl.networks.actor_critic import ActorCritic  # noqa: E402
 
-
 # ----------------------------------------------------------------------------------------------
 # Arguments
 # ----------------------------------------------------------------------------------------------
@@ -149,11 +148,10 @@ class RslRl:
     name = "rsl_rl"
 
     def __init__(self, args: argparse.Namespace, copy_weights_from: ActorCritic | None = None):
-        from tensordict import TensorDict
-
         from rsl_rl.algorithms import PPO as RslPPO
         from rsl_rl.models import MLPModel
         from rsl_rl.storage import RolloutStorage
+        from tensordict import TensorDict
 
         self.TensorDict = TensorDict
         N, T = args.num_envs, args.steps

@@ -5,7 +5,10 @@ from tests.conftest import REPO
 
 
 def test_import_robo_rl_does_not_import_torch_or_mujoco():
-    code = "import sys, robo_rl, robo_rl.config, robo_rl.contract; print('torch' in sys.modules, 'mujoco' in sys.modules)"
+    code = (
+        "import sys, robo_rl, robo_rl.config, robo_rl.contract; "
+        "print('torch' in sys.modules, 'mujoco' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 

@@ -57,7 +57,7 @@ class ArmReachConfig:
         for name in ("target_low", "target_high"):
             if len(getattr(self, name)) != 3:
                 raise ValueError(f"config error: env.{name} = {getattr(self, name)!r}: expected 3 numbers (x, y, z)")
-        if any(lo > hi for lo, hi in zip(self.target_low, self.target_high)):
+        if any(lo > hi for lo, hi in zip(self.target_low, self.target_high, strict=True)):
             raise ValueError(f"config error: env.target_low = {self.target_low!r}: must not exceed env.target_high")
 
 

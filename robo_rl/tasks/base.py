@@ -110,7 +110,9 @@ class TaskEnv:
             kp=tuple(self.kp.tolist()),
             kd=tuple(self.kd.tolist()),
             torque_limits=tuple(self.torque_limit.tolist()),
-            action=ActionSpec(kind=action_kind, scale=(self.cfg.action_scale,) * self.action_dim, clip=self.cfg.action_clip),
+            action=ActionSpec(
+                kind=action_kind, scale=(self.cfg.action_scale,) * self.action_dim, clip=self.cfg.action_clip
+            ),
             observation=tuple(self.policy_terms),
             policy_dt=self.dt,
             physics_dt=self.cfg.physics_dt,

@@ -129,10 +129,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         last = runner.learn(logger)
     finally:
         logger.close()
-        runner.close()
     print(_summary(cfg.task, last, runner.iteration, runner.train_time))
+    if cfg.runner.eval_episodes:
+        print(_eval_line(runner.evaluate(cfg.runner.eval_episodes)))
     print(f"checkpoints and TensorBoard logs: {run_dir}   (tensorboard --logdir {run_dir.parent})")
     print(f"evaluate: robo-rl play {run_dir}")
+    runner.close()
     return 0
 
 
@@ -144,6 +146,12 @@ def _summary(task: str, scalars: dict[str, float], iteration: int, seconds: floa
     return " | ".join(parts)
 
 
+def _eval_line(result: dict[str, Any]) -> str:
+    line = [f"evaluation: {result['episodes']} episodes", f"mean return {result['mean_return']:.3f}"]
+    line += [f"{k} {v:.4f}" for k, v in result["metrics"].items()]
+    return " | ".join(line)
+
+
 # ---------------------------------------------------------------------------------------------- play
 def cmd_play(args: argparse.Namespace) -> int:
     from robo_rl.evaluate import evaluate_checkpoint
@@ -151,9 +159,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     if args.episodes < 1:
         raise UserError(f"--episodes {args.episodes}: must be >= 1")
     result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video)
-    line = [f"{result['episodes']} episodes", f"mean return {result['mean_return']:.3f}"]
-    line += [f"{k} {v:.4f}" for k, v in result["metrics"].items()]
-    print(" | ".join(line))
+    print(_eval_line(result))
     if args.video:
         print(f"video: {args.video}")
     return 0

@@ -114,6 +114,8 @@ class RunnerConfig:
     """Record an evaluation video when training ends."""
     video_episodes: int = _f(1, ge=1, le=16)
     """Episodes per evaluation video."""
+    eval_episodes: int = _f(64, ge=0)
+    """Deterministic evaluation episodes run after training and reported with the result (0: skip)."""
     progress_bar: bool = True
     """Print a progress line (steps/s, mean return, ETA) every iteration."""
 

@@ -159,6 +159,16 @@ class OnPolicyRunner:
         write_mp4(path, frames, fps=1.0 / env.dt)
         return path
 
+    def evaluate(self, episodes: int) -> dict[str, Any]:
+        """Mean return and task metrics of the deterministic policy, one episode per world of a fresh env."""
+        from robo_rl.evaluate import run_episodes
+
+        env = build_env(self.cfg, num_envs=episodes, seed=self.cfg.seed + 54321)
+        try:
+            return run_episodes(env, self.policy.act_inference)
+        finally:
+            env.close()
+
     def close(self) -> None:
         self.env.close()
 

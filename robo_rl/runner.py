@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
 from pathlib import Path
@@ -181,6 +180,3 @@ def config_from_checkpoint(state: dict[str, Any]) -> TrainConfig:
     raw = dict(state["config"])
     return resolve_train_config(raw, env_config_cls=task_config_class)
 
-
-def with_runner(cfg: TrainConfig, **changes: Any) -> TrainConfig:
-    return dataclasses.replace(cfg, runner=dataclasses.replace(cfg.runner, **changes))

@@ -61,3 +61,13 @@ def test_train_refuses_to_overwrite_a_run(cli, tiny_run):
     run_dir, _ = tiny_run
     result = cli("train", "--task", "arm-reach", "--run-name", "tiny", "--set", f"runner.log_dir={run_dir.parent}")
     assert result.returncode == 2 and "already exists" in result.stderr
+
+
+def test_config_file_and_time_budget(cli, tmp_path):
+    result = cli(
+        "train", "--config", "sim_configs/arm-reach.yaml", "--max-time", "1", "--num-envs", "16",
+        "--run-name", "timed", "--set", f"runner.log_dir={tmp_path}", "--set", "runner.eval_episodes=0",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "it 200/200" not in result.stdout  # stopped by the 1 s budget, well before the preset's 200
+    assert list((tmp_path / "timed").glob("model_*.pt"))  # and still saved a checkpoint

@@ -60,7 +60,8 @@ class TaskEnv:
         self.dt = cfg.physics_dt * cfg.decimation
         self.max_episode_length = max(1, round(cfg.episode_length_s / self.dt))
         self.generator = torch.Generator().manual_seed(seed)
-        self.episode_length = torch.zeros(num_envs, dtype=torch.long)  # (N,)
+        self.episode_length = torch.zeros(num_envs, dtype=torch.long)  # (N,) time-out clock, random at start
+        self.episode_steps = torch.zeros(num_envs, dtype=torch.long)  # (N,) steps actually taken since reset
         self.episode_sums = {name: torch.zeros(num_envs) for name in self.reward_terms}
         self.obs_dims = {
             "policy": sum(t.dim for t in self.policy_terms),
@@ -186,6 +187,7 @@ class TaskEnv:
         self._apply_action(actions)
         self.backend.step(self.cfg.decimation)
         self.episode_length += 1
+        self.episode_steps += 1
         self._post_physics()
 
         terms = self._reward_terms()
@@ -226,13 +228,14 @@ class TaskEnv:
 
     def _reset_ids(self, ids: Tensor) -> None:
         self.episode_length[ids] = 0
+        self.episode_steps[ids] = 0
         for sums in self.episode_sums.values():
             sums[ids] = 0.0
         self._reset_worlds(ids)
 
     def _episode_log(self, ids: Tensor, terminated: Tensor, metrics: dict[str, Tensor]) -> dict[str, Tensor]:
         """Means over the episodes that end now: reward per second of each term, metrics, lengths."""
-        seconds = self.episode_length[ids].to(torch.float32) * self.dt  # (K,)
+        seconds = self.episode_steps[ids].to(torch.float32) * self.dt  # (K,)
         log = {f"Episode_Reward/{k}": (v[ids] / seconds).mean() for k, v in self.episode_sums.items()}
         for name, value in metrics.items():
             log[f"Metrics/{name}"] = value.to(torch.float32).mean()
@@ -254,6 +257,7 @@ class TaskEnv:
             "sensordata": self.backend.sensordata.clone(),
             "mocap_pos": self.backend.mocap_pos.clone(),
             "episode_length": self.episode_length.clone(),
+            "episode_steps": self.episode_steps.clone(),
             "generator": self.generator.get_state(),
         }
         out.update({f"episode_sum/{k}": v.clone() for k, v in self.episode_sums.items()})
@@ -266,6 +270,7 @@ class TaskEnv:
         self.backend.sensordata.copy_(state["sensordata"])
         self.backend.mocap_pos.copy_(state["mocap_pos"])
         self.episode_length.copy_(state["episode_length"])
+        self.episode_steps.copy_(state["episode_steps"])
         self.generator.set_state(state["generator"])
         for k, v in self.episode_sums.items():
             v.copy_(state[f"episode_sum/{k}"])

@@ -121,6 +121,7 @@ class QuadrupedWalkEnv(TaskEnv):
         self.last_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
         self._first_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
         self._air_time_at_touchdown = torch.zeros(num_envs, 4)
+        self.lin_vel_error_sum = torch.zeros(num_envs)  # (N,) for the episode-mean tracking error
 
     # ------------------------------------------------------------------ state views
     @property
@@ -177,6 +178,7 @@ class QuadrupedWalkEnv(TaskEnv):
         q_target = self.backend.ctrl[:, self.act_idx].to(torch.float32)
         torque = rew.pd_torque(q_target, q, dq, kp=self.kp, kd=self.kd, limit=self.torque_limit)
         moving = self.command[:, :2].norm(dim=-1) > 0.1
+        self.lin_vel_error_sum += (self.command[:, :2] - lin_vel_b[:, :2]).norm(dim=-1)
         sigma = self.cfg.tracking_sigma
         return {
             "track_lin_vel_xy": rew.reward_track_lin_vel_xy_exp(lin_vel_b, self.command, sigma=sigma),
@@ -217,6 +219,7 @@ class QuadrupedWalkEnv(TaskEnv):
         self.last_contact[ids] = False
         self._first_contact[ids] = False
         self._air_time_at_touchdown[ids] = 0.0
+        self.lin_vel_error_sum[ids] = 0.0
         self._resample_commands(ids)
         self.backend.reset(ids, qpos=qpos, qvel=qvel)
 
@@ -235,8 +238,9 @@ class QuadrupedWalkEnv(TaskEnv):
         self.command_time[ids] = c.command_resample_s
 
     def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
-        err = (self.command[ids, :2] - self.lin_vel_b[ids, :2]).norm(dim=-1)
-        return {"lin_vel_error": err}
+        """Mean planar velocity tracking error over the episode (m/s)."""
+        steps = self.episode_steps[ids].clamp(min=1).to(torch.float32)
+        return {"lin_vel_error": self.lin_vel_error_sum[ids] / steps}
 
     def _task_buffers(self) -> dict[str, Tensor]:
         return {
@@ -249,6 +253,7 @@ class QuadrupedWalkEnv(TaskEnv):
             "last_contact": self.last_contact,
             "first_contact": self._first_contact,
             "air_time_at_touchdown": self._air_time_at_touchdown,
+            "lin_vel_error_sum": self.lin_vel_error_sum,
         }
 
     @property

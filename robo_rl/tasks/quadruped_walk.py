@@ -154,6 +154,7 @@ class QuadrupedWalkEnv(TaskEnv):
         self._air_time_at_touchdown = self.air_time * self._first_contact
         self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + self.dt)
         self.last_contact = contact
+        self.lin_vel_error_sum += (self.command[:, :2] - self.lin_vel_b[:, :2]).norm(dim=-1)
         self.command_time -= self.dt
         resample = (self.command_time <= 0).nonzero().squeeze(-1)
         if resample.numel() > 0:
@@ -178,7 +179,6 @@ class QuadrupedWalkEnv(TaskEnv):
         q_target = self.backend.ctrl[:, self.act_idx].to(torch.float32)
         torque = rew.pd_torque(q_target, q, dq, kp=self.kp, kd=self.kd, limit=self.torque_limit)
         moving = self.command[:, :2].norm(dim=-1) > 0.1
-        self.lin_vel_error_sum += (self.command[:, :2] - lin_vel_b[:, :2]).norm(dim=-1)
         sigma = self.cfg.tracking_sigma
         return {
             "track_lin_vel_xy": rew.reward_track_lin_vel_xy_exp(lin_vel_b, self.command, sigma=sigma),

@@ -23,6 +23,7 @@ def atomic_write(path: str | Path, write: Any) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -44,6 +45,12 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         return torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:  # corrupt, truncated, or not a checkpoint
         raise ConfigError(f"checkpoint {str(p)!r} cannot be read: {type(exc).__name__}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def checkpoint_name(iteration: int) -> str:

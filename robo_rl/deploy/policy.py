@@ -1,0 +1,145 @@
+"""Load an exported policy, check its contract against the robot, and run it on robot states.
+
+numpy + onnxruntime only.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from robo_rl.contract import DeployContract
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.observations import ObservationBuilder
+from robo_rl.deploy.robot import RobotState
+
+CONTRACT_KEY = "robo_rl.contract"
+INPUT_NAME = "obs"
+OUTPUT_NAMES = ("actions", "joint_targets")
+
+
+class OnnxPolicy:
+    """An exported policy file and the contract it carries.
+
+    Raises ValueError (one line) if the file is missing, corrupt or truncated, has no contract, or
+    its inputs and outputs are not the ones the exporter writes.
+    """
+
+    def __init__(self, path: str | Path):
+        import onnxruntime as ort
+
+        p = Path(path)
+        if not p.is_file():
+            raise ValueError(f"policy file {str(p)!r} does not exist")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1  # small MLPs: threading only adds latency
+        options.inter_op_num_threads = 1
+        try:
+            self.session = ort.InferenceSession(str(p), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises several types for corrupt files
+            reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+            raise ValueError(f"policy file {p} cannot be loaded (corrupt or truncated?): {reason}") from None
+        meta = self.session.get_modelmeta().custom_metadata_map
+        if CONTRACT_KEY not in meta:
+            raise ValueError(f"policy file {p} carries no deploy contract (metadata key {CONTRACT_KEY!r})")
+        self.contract = DeployContract.from_json(meta[CONTRACT_KEY])
+        inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        if inputs != [INPUT_NAME] or tuple(outputs) != OUTPUT_NAMES:
+            raise ValueError(
+                f"policy file {p} has inputs {inputs} and outputs {outputs}; expected ['obs'] and {list(OUTPUT_NAMES)}"
+            )
+        width = self.session.get_inputs()[0].shape[-1]
+        if width != self.contract.obs_dim:
+            raise ValueError(
+                f"policy file {p}: input width {width} differs from the contract's {self.contract.obs_dim}"
+            )
+        self.path = p
+
+    def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """obs (O,) or (B, O) float32 -> (actions, joint_targets), each (A,) or (B, A), contract joint order."""
+        batch = obs[None] if obs.ndim == 1 else obs
+        actions, targets = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: batch.astype(np.float32, copy=False)})
+        return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
+
+
+def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
+    """Refuse to run a policy whose contract disagrees with the robot; ValueError naming the mismatch."""
+    names = contract.joint_names
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"contract lists joint(s) {', '.join(dupes)} more than once")
+    missing = [n for n in names if n not in hw.joint_names]
+    if missing:
+        raise ValueError(f"contract joint(s) {', '.join(missing)} are not on robot {hw.robot!r}")
+    if contract.robot != hw.robot:
+        raise ValueError(f"policy was trained for robot {contract.robot!r}, hardware file describes {hw.robot!r}")
+    if contract.quaternion_order != "wxyz":
+        raise ValueError(f"contract quaternion_order {contract.quaternion_order!r} is not supported (wxyz)")
+    rate = 1.0 / contract.policy_dt
+    if not math.isclose(rate, hw.control_rate_hz, rel_tol=1e-6):
+        raise ValueError(f"policy runs at {rate:g} Hz but hardware control_rate_hz is {hw.control_rate_hz:g} Hz")
+    n = len(names)
+    for key in ("default_joint_pos", "kp", "kd", "torque_limits"):
+        if len(getattr(contract, key)) != n:
+            raise ValueError(f"contract {key} has {len(getattr(contract, key))} entries for {n} joints")
+    if len(contract.action.scale) != n:
+        raise ValueError(f"contract action.scale has {len(contract.action.scale)} entries for {n} joints")
+    idx = hw.index_of(names)
+    default = np.asarray(contract.default_joint_pos)
+    outside = [names[i] for i in np.flatnonzero((default < hw.joint_lower[idx]) | (default > hw.joint_upper[idx]))]
+    if outside:
+        raise ValueError(f"contract default pose is outside the hardware joint limits for {', '.join(outside)}")
+    over = [names[i] for i in np.flatnonzero(np.asarray(contract.torque_limits) > hw.torque_limits[idx] + 1e-9)]
+    if over:
+        raise ValueError(f"policy was trained with torque limits above the robot's for {', '.join(over)}")
+
+
+class PolicyStep:
+    """Runs the policy on a RobotState and returns position targets in the robot's joint order.
+
+    Implements the Controller's PolicyStep protocol (`__call__`, `kp`, `kd`, `reset`).
+
+    Args:
+        policy: the loaded ONNX policy.
+        hw: the robot (validated against the policy's contract here).
+        commands: operator inputs by observation term name ({"velocity_command": ...}); updated in place
+            by whoever drives the robot (keyboard, ROS topic, test).
+    """
+
+    def __init__(self, policy: OnnxPolicy, hw: HardwareSpec, commands: dict[str, np.ndarray] | None = None):
+        validate_contract(policy.contract, hw)
+        self.policy = policy
+        self.hw = hw
+        self.commands = commands if commands is not None else {}
+        self.builder = ObservationBuilder(policy.contract, hw)
+        self.robot_index = hw.index_of(policy.contract.joint_names)  # (A,) robot position of each policy joint
+        n = len(hw.joint_names)
+        self.default_q = np.zeros(n)  # (J,) robot order; only policy joints are meaningful
+        self.default_q[self.robot_index] = policy.contract.default_joint_pos
+        self.kp = np.zeros(n)
+        self.kd = np.zeros(n)
+        self.kp[self.robot_index] = policy.contract.kp
+        self.kd[self.robot_index] = policy.contract.kd
+        self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
+        self.last_obs: np.ndarray | None = None
+        self._state_names: tuple[str, ...] | None = None
+        self._state_to_robot = np.zeros(0, dtype=np.int64)
+
+    def reset(self) -> None:
+        self.last_action[:] = 0.0
+
+    def __call__(self, state: RobotState) -> np.ndarray:
+        obs = self.builder.build(state, commands=self.commands, action=self.last_action)
+        actions, targets = self.policy(obs)
+        self.last_action = actions
+        self.last_obs = obs
+        if state.joint_names != self._state_names:  # joint order of the state, resolved by name once
+            self._state_to_robot = self.hw.index_of(state.joint_names)
+            self._state_names = state.joint_names
+        q_robot = np.empty(len(self.hw.joint_names))
+        q_robot[self._state_to_robot] = state.q  # joints the policy does not drive hold their position
+        q_robot[self.robot_index] = targets
+        return q_robot  # (J,) robot joint order

@@ -1,0 +1,167 @@
+"""Export a trained policy to a self-describing ONNX file.
+
+The graph holds the observation normaliser, the actor and the action post-processing
+(clip, scale, default pose), so the robot side feeds raw observations and gets joint targets:
+
+    inputs:  obs            (B, O) float32, terms in contract order
+    outputs: actions        (B, A) float32, the clipped policy action (what `last_action` observes)
+             joint_targets  (B, A) float32, default_joint_pos + scale * actions (contract joint order)
+
+The deploy contract is written into the ONNX `metadata_props` (key `robo_rl.contract`) and beside
+the file as `<name>.json`. Before anything is written, onnxruntime and torch are compared on
+observations recorded from the task; on a mismatch nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from robo_rl.checkpoint import atomic_write, load_checkpoint, resolve_checkpoint
+from robo_rl.contract import DeployContract
+from robo_rl.networks.actor_critic import ActorCritic
+
+OPSET = 18
+CONTRACT_KEY = "robo_rl.contract"
+INPUT_NAME = "obs"
+OUTPUT_NAMES = ("actions", "joint_targets")
+PARITY_TOLERANCE = 1e-5
+
+
+class ExportedPolicy(nn.Module):
+    """Normaliser + actor + action post-processing, as one graph."""
+
+    def __init__(self, policy: ActorCritic, contract: DeployContract):
+        super().__init__()
+        self.normalizer = copy.deepcopy(policy.obs_normalizer)
+        self.actor = copy.deepcopy(policy.actor)
+        self.register_buffer("default_pos", torch.tensor(contract.default_joint_pos, dtype=torch.float32))
+        self.register_buffer("scale", torch.tensor(contract.action.scale, dtype=torch.float32))
+        self.clip = float(contract.action.clip) if contract.action.clip is not None else None
+
+    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
+        actions = self.actor(self.normalizer(obs))  # (B, A)
+        if self.clip is not None:
+            actions = actions.clamp(-self.clip, self.clip)
+        return actions, self.default_pos + self.scale * actions  # (B, A), (B, A)
+
+
+def onnx_bytes(module: nn.Module, example: Tensor) -> bytes:
+    """Serialise `module` to ONNX (pinned opset, dynamic batch dimension)."""
+    module.eval()
+    program = torch.onnx.export(
+        module,
+        (example,),
+        None,
+        input_names=[INPUT_NAME],
+        output_names=list(OUTPUT_NAMES),
+        opset_version=OPSET,
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+        dynamo=True,
+        verbose=False,
+    )
+    return program.model_proto.SerializeToString()
+
+
+def embed_contract(model: bytes, contract: DeployContract) -> bytes:
+    """Add the contract JSON to the model's metadata_props."""
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    del proto.metadata_props[:]
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = CONTRACT_KEY, contract.to_json()
+    proto.producer_name = "robo_rl"
+    return proto.SerializeToString()
+
+
+def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
+    """Max |onnxruntime - torch| over both outputs for observations (B, O)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    got = session.run(list(OUTPUT_NAMES), {INPUT_NAME: obs.numpy().astype(np.float32)})
+    with torch.no_grad():
+        want = module(obs)
+    return max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want, strict=True))
+
+
+@torch.no_grad()
+def record_observations(env: Any, policy: ActorCritic, steps: int) -> Tensor:
+    """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
+    obs = env.reset()
+    out = [obs["policy"]]
+    for _ in range(steps - 1):
+        obs, *_ = env.step(policy.act_inference(obs["policy"]))
+        out.append(obs["policy"])
+    return torch.cat(out)
+
+
+def export_policy(
+    run_or_checkpoint: str | Path,
+    out: str | Path,
+    *,
+    parity_envs: int = 32,
+    parity_steps: int = 20,
+    evaluate: bool = True,
+) -> DeployContract:
+    """Export the policy of a run (its latest checkpoint) or of a checkpoint file to `out` (.onnx).
+
+    The contract's `extra["train_eval"]` records the policy's task metrics in simulation (one
+    deterministic episode in each of `parity_envs` worlds), for comparison on the robot.
+    Returns the contract written. Raises ValueError (one line) for bad input or a failed parity
+    check; in both cases no file is left at `out` or beside it.
+    """
+    from robo_rl.evaluate import run_episodes
+    from robo_rl.runner import build_env, build_policy, config_from_checkpoint
+
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise ValueError(f"output {str(out)!r} must end in .onnx")
+    ckpt_path = resolve_checkpoint(run_or_checkpoint)
+    state = load_checkpoint(ckpt_path)
+    cfg = config_from_checkpoint(state)
+    env = build_env(cfg, num_envs=parity_envs, seed=cfg.seed + 777)
+    try:
+        policy = build_policy(cfg, env)
+        policy.load_state_dict(state["algo"]["policy"])
+        policy.eval()
+        obs = record_observations(env, policy, parity_steps)  # (B, O)
+        # one deterministic episode per world: the task metric in training, recorded in the contract
+        evaluation = run_episodes(env, policy.act_inference) if evaluate else None
+        contract = env.contract.with_run(
+            run_id=ckpt_path.parent.name,
+            config_hash=state["config_hash"],
+            obs_normalization=cfg.policy.obs_normalization,
+        )
+    finally:
+        env.close()
+    if evaluation is not None:
+        extra = dict(contract.extra)
+        extra["train_eval"] = {"episodes": evaluation["episodes"], "mean_return": evaluation["mean_return"],
+                               **evaluation["metrics"]}
+        extra["task"] = cfg.task
+        extra["iteration"] = int(state["iteration"])
+        contract = dataclasses.replace(contract, extra=extra)
+
+    module = ExportedPolicy(policy, contract)
+    model = embed_contract(onnx_bytes(module, obs[:4]), contract)
+    error = parity_error(model, module, obs)
+    if not error <= PARITY_TOLERANCE:
+        raise ValueError(f"parity check failed: onnxruntime and torch differ by {error:.2e} (> {PARITY_TOLERANCE})")
+
+    json_path = out.with_suffix(".json")
+    atomic_write(json_path, lambda tmp: Path(tmp).write_text(contract.to_json()))
+    try:
+        atomic_write(out, lambda tmp: Path(tmp).write_bytes(model))
+    except BaseException:
+        json_path.unlink(missing_ok=True)
+        raise
+    return contract
+

@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--video", metavar="OUT.mp4", help="also write a video of the first episode")
     pl.add_argument("--seed", type=int, default=1000, help="seed of the evaluation episodes")
 
+    ex = sub.add_parser("export", help="export a trained policy to ONNX with its deploy contract")
+    ex.add_argument("run", metavar="RUN_OR_CHECKPOINT")
+    ex.add_argument("--out", required=True, metavar="policies/NAME.onnx", help="output file (.onnx)")
+
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
 
@@ -165,6 +169,24 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- export
+def cmd_export(args: argparse.Namespace) -> int:
+    from robo_rl.export import PARITY_TOLERANCE, export_policy
+
+    try:
+        contract = export_policy(args.run, args.out)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    out = Path(args.out)
+    print(f"exported {out} and {out.with_suffix('.json')} (parity onnxruntime vs torch <= {PARITY_TOLERANCE:g})")
+    print(f"robot {contract.robot}, {contract.obs_dim} observations -> {contract.action_dim} joint targets "
+          f"at {1 / contract.policy_dt:g} Hz")
+    evaluation = contract.extra.get("train_eval")
+    if evaluation:
+        print("in simulation: " + " | ".join(f"{k} {v:.4f}" for k, v in evaluation.items() if k != "episodes"))
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
     from robo_rl.tasks import TASKS
@@ -177,7 +199,7 @@ def cmd_tasks(_: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "play": cmd_play, "tasks": cmd_tasks}
+COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:

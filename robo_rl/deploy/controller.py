@@ -1,0 +1,305 @@
+"""The fixed-rate deploy loop: read state -> check -> command for the mode -> filter -> send.
+
+Deadlines sit on an absolute grid t_k = t0 + k * period, so sleep jitter never accumulates. After an
+overrun the missed deadlines are skipped and counted (never run back to back to catch up: a burst of
+stale commands is worse than a late one). Nothing reaches the robot without `SafetyFilter.filter_command`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
+from robo_rl.deploy.safety import SafetyFilter
+from robo_rl.deploy.state_machine import Mode, StateMachine, ramp_command
+
+_COMMAND_FAULTS = ("invalid_state", "bad_command", "nan_command")
+"""Filter interventions that mean the wanted command was unusable: the loop goes to DAMP."""
+
+
+class PolicyStep(Protocol):
+    """A policy as the loop sees it: state in, position targets out, in the robot's joint order."""
+
+    kp: np.ndarray
+    """(J,) stiffness used in POLICY mode, robot order."""
+    kd: np.ndarray
+    """(J,) damping used in POLICY mode, robot order."""
+
+    def __call__(self, state: RobotState) -> np.ndarray:
+        """(J,) position targets in the robot's joint order (hw.joint_names)."""
+        ...
+
+    def reset(self) -> None:
+        """Clear history (observation stack, last action) before POLICY starts."""
+        ...
+
+
+def timing_summary(x: np.ndarray, prefix: str) -> dict[str, float]:
+    """mean, std, p50, p99 and max of the samples `x` (s), keys prefixed; NaN when empty."""
+    if x.size == 0:
+        return {f"{prefix}_{k}": math.nan for k in ("mean", "std", "p50", "p99", "max")}
+    p50, p99 = np.percentile(x, (50, 99))
+    return {
+        f"{prefix}_mean": float(x.mean()),
+        f"{prefix}_std": float(x.std()),
+        f"{prefix}_p50": float(p50),
+        f"{prefix}_p99": float(p99),
+        f"{prefix}_max": float(x.max()),
+    }
+
+
+def _gains(name: str, value: np.ndarray, n: int) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.shape != (n,) or not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise ValueError(f"{name} must be {n} finite non-negative numbers (robot joint order), got shape {arr.shape}")
+    return arr
+
+
+class Controller:
+    """Runs one robot at a fixed rate through the mode state machine and the safety filter.
+
+    Args:
+        robot: the robot (real, DDS, ROS 2 node or MuJoCo twin).
+        hw: its description; margins, gains for RAMP/READY and the default rate.
+        policy: used in POLICY mode; None allows every mode but POLICY.
+        default_q: (J,) pose RAMP moves to and READY holds, robot order.
+        rate_hz: loop rate; defaults to hw.control_rate_hz.
+        clock: monotonic time source (s); injectable for tests.
+        sleep: sleep function (s); injectable for tests.
+        stats_window: how many recent periods the timing statistics cover.
+
+    Mode requests (`request_ramp`, `start_policy`, `stop`, `estop`, `reset`) may come from another
+    thread (keyboard, joystick); they take effect on the next tick, at most one period later.
+    """
+
+    def __init__(
+        self,
+        robot: RobotInterface,
+        hw: HardwareSpec,
+        policy: PolicyStep | None,
+        default_q: np.ndarray,
+        rate_hz: float | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        stats_window: int = 10_000,
+    ):
+        n = len(hw.joint_names)
+        q0 = np.asarray(default_q, dtype=np.float64)
+        if q0.shape != (n,) or not np.all(np.isfinite(q0)):
+            raise ValueError(f"default_q must be {n} finite numbers (robot joint order), got shape {q0.shape}")
+        outside = [hw.joint_names[i] for i in np.flatnonzero((q0 < hw.joint_lower) | (q0 > hw.joint_upper))]
+        if outside:
+            raise ValueError(f"default_q is outside the joint limits for {', '.join(outside)}")
+        rate = hw.control_rate_hz if rate_hz is None else rate_hz
+        if not 0 < rate <= 10_000:
+            raise ValueError(f"rate_hz = {rate!r}: must be in (0, 10000]")
+        if policy is not None:
+            self._policy_kp = _gains("policy.kp", policy.kp, n)
+            self._policy_kd = _gains("policy.kd", policy.kd, n)
+        self.robot = robot
+        self.hw = hw
+        self.policy = policy
+        self.default_q = q0
+        self.period = 1.0 / rate
+        self._clock = clock
+        self._sleep = sleep
+        self.safety = SafetyFilter(hw)
+        self.state_machine = StateMachine(hw.safety.ramp_time_s, now=clock())
+        self._lock = threading.RLock()
+        self._zeros = np.zeros(n)  # (J,) dq / tau_ff of every built command; the filter copies it
+        self._ramp_q: np.ndarray | None = None  # (J,) pose captured on the first RAMP tick
+        self.ticks = 0
+        self.missed_ticks = 0
+        self.last_fault: str | None = None
+        self.last_interventions: list[str] = []
+        self.intervention_counts: Counter[str] = Counter()
+        self._window = stats_window
+        self._periods = np.zeros(stats_window)  # ring buffer (s)
+        self._lateness = np.zeros(stats_window)  # ring buffer (s)
+        self._n_periods = 0
+        self._n_lateness = 0
+
+    # ------------------------------------------------------------------------------------------- mode requests
+
+    @property
+    def mode(self) -> Mode:
+        """Current mode."""
+        return self.state_machine.mode
+
+    def request_ramp(self) -> None:
+        """PASSIVE -> RAMP (soft start to default_q); ValueError from any other mode."""
+        with self._lock:
+            self.state_machine.request_ramp(self._clock())
+            self._ramp_q = None
+
+    def start_policy(self) -> None:
+        """READY -> POLICY after `policy.reset()`; ValueError without a policy or outside READY."""
+        with self._lock:
+            if self.policy is None:
+                raise ValueError("start_policy: no policy loaded")
+            if self.state_machine.mode is not Mode.READY:
+                raise ValueError(f"start_policy in mode {self.state_machine.mode.name}: only allowed from READY")
+            self.policy.reset()
+            self.state_machine.start_policy(self._clock())
+
+    def stop(self) -> None:
+        """-> DAMP from any mode but ESTOP."""
+        with self._lock:
+            self.state_machine.stop(self._clock())
+
+    def estop(self) -> None:
+        """-> ESTOP, latched in both the state machine and the safety filter."""
+        with self._lock:
+            self.safety.estop()
+            self.state_machine.estop(self._clock())
+
+    def reset(self) -> None:
+        """DAMP or ESTOP -> PASSIVE and release the e-stop; ValueError from any other mode."""
+        with self._lock:
+            self.state_machine.reset(self._clock())
+            self.safety.reset_estop()
+
+    def _fault(self, reason: str, now: float) -> None:
+        self.last_fault = reason
+        self.state_machine.fault(reason, now)
+
+    # ------------------------------------------------------------------------------------------- one tick
+
+    def _command_for(self, mode: Mode, state: RobotState, now: float) -> JointCommand:
+        """The wanted (unfiltered) command for a mode other than DAMP / ESTOP, robot order."""
+        hw, zeros = self.hw, self._zeros
+        if mode is Mode.PASSIVE:
+            return JointCommand(hw.joint_names, self.safety.joint_positions(state), zeros, zeros, zeros, zeros)
+        if mode is Mode.RAMP:
+            if self._ramp_q is None:
+                self._ramp_q = self.safety.joint_positions(state)
+            alpha = self.state_machine.ramp_alpha(now)
+            q, kp, kd = ramp_command(self._ramp_q, self.default_q, hw.kp, hw.kd, alpha)
+            return JointCommand(hw.joint_names, q, zeros, kp, kd, zeros)
+        if mode is Mode.READY:
+            return JointCommand(hw.joint_names, self.default_q, zeros, hw.kp, hw.kd, zeros)
+        q = np.asarray(self.policy(state), dtype=np.float64)  # (J,)
+        if q.shape != zeros.shape:
+            raise ValueError(f"policy returned shape {q.shape}, expected {zeros.shape}")
+        return JointCommand(hw.joint_names, q, zeros, self._policy_kp, self._policy_kd, zeros)
+
+    def tick(self, now: float) -> JointCommand:
+        """One control step at time `now`; returns the (filtered) command that was sent."""
+        with self._lock:
+            self.ticks += 1
+            sm = self.state_machine
+            try:
+                state: RobotState | None = self.robot.read_state()
+            except Exception:  # a broken transport must not kill the loop: damp on the last known pose
+                state = None
+                self._fault("read_error", now)
+            sm.update(now)
+            if state is not None:
+                reason = self.safety.check_state(state, now)
+                if reason is not None:
+                    self._fault(reason, now)
+            mode = sm.mode
+            cmd: JointCommand | None = None
+            if state is not None and mode not in (Mode.DAMP, Mode.ESTOP):
+                try:
+                    cmd = self._command_for(mode, state, now)
+                except Exception:
+                    self._fault("policy_error" if mode is Mode.POLICY else "command_error", now)
+            if cmd is None:
+                cmd = self.safety.damping_command(state)
+            safe, interventions = self.safety.filter_command(cmd, state)
+            bad = next((i for i in interventions if i in _COMMAND_FAULTS), None)
+            if bad is not None and sm.mode not in (Mode.DAMP, Mode.ESTOP):
+                self._fault(bad, now)  # this tick already sends damping; later ticks stay in DAMP
+            self.last_interventions = interventions
+            self.intervention_counts.update(interventions)
+            self.robot.send_command(safe)
+            return safe
+
+    # ------------------------------------------------------------------------------------------- loop
+
+    def _record(self, buf: np.ndarray, count: int, value: float) -> int:
+        buf[count % self._window] = value
+        return count + 1
+
+    def run(self, duration_s: float | None = None, stop_event: threading.Event | None = None) -> None:
+        """Tick on the absolute grid t0 + k * period until `duration_s` has elapsed or `stop_event` is set.
+
+        Missed deadlines after an overrun are skipped and counted in `missed_ticks`. Any exception
+        (KeyboardInterrupt included) runs `shutdown()` and is re-raised.
+        """
+        period = self.period
+        t0 = self._clock()
+        k = 0
+        last_start: float | None = None
+        try:
+            while True:
+                if duration_s is not None and k * period >= duration_s - 1e-9:
+                    break
+                if stop_event is not None and stop_event.is_set():
+                    break
+                deadline = t0 + k * period
+                now = self._clock()
+                if now < deadline:
+                    self._sleep(deadline - now)
+                    now = self._clock()
+                self._n_lateness = self._record(self._lateness, self._n_lateness, now - deadline)
+                if last_start is not None:
+                    self._n_periods = self._record(self._periods, self._n_periods, now - last_start)
+                last_start = now
+                self.tick(now)
+                # Next deadline: the first grid point not yet passed (a deadline exactly now still runs).
+                after = self._clock()
+                nxt = max(k + 1, math.ceil((after - t0) / period - 1e-9))
+                self.missed_ticks += nxt - (k + 1)
+                k = nxt
+        except BaseException:
+            with contextlib.suppress(Exception):  # the original error is the one worth seeing
+                self.shutdown()
+            raise
+
+    def shutdown(self) -> None:
+        """Stop: DAMP (ESTOP stays ESTOP) and send one last damping command (what Ctrl-C does)."""
+        with self._lock:
+            now = self._clock()
+            self.state_machine.stop(now, "shutdown")
+            try:
+                state: RobotState | None = self.robot.read_state()
+            except Exception:
+                state = None
+            safe, _ = self.safety.filter_command(self.safety.damping_command(state), state)
+            self.robot.send_command(safe)
+
+    # ------------------------------------------------------------------------------------------- reporting
+
+    def stats(self) -> dict[str, float]:
+        """Loop timing: ticks, missed_ticks, period_* and lateness_* (count, mean, std, p50, p99, max; s).
+
+        Counts are totals; the other statistics cover the last `stats_window` samples.
+        """
+        out: dict[str, float] = {"ticks": self.ticks, "missed_ticks": self.missed_ticks}
+        for name, buf, count in (("period", self._periods, self._n_periods), ("lateness", self._lateness,
+                                                                                  self._n_lateness)):
+            out[f"{name}_count"] = count
+            out.update(timing_summary(buf[: min(count, self._window)], name))
+        return out
+
+    def status_line(self) -> str:
+        """One line for live display: mode, ticks, missed ticks, p99 period, last fault."""
+        s = self.stats()
+        p99 = s["period_p99"]
+        p99_text = "-" if math.isnan(p99) else f"{p99 * 1e3:.1f}ms"
+        return (
+            f"mode={self.mode.name} ticks={self.ticks} missed={self.missed_ticks} "
+            f"p99_period={p99_text} last_fault={self.last_fault or '-'}"
+        )

@@ -1,0 +1,182 @@
+"""SimRobot: a MuJoCo twin of the training model behind the RobotInterface.
+
+The one deploy module that imports mujoco. It emulates a robot's motor drivers: each command's
+kp, kd and position target are loaded into the model's position actuators (the same actuators,
+torque limits and integrator as in training), so a policy rehearsed here sees training physics.
+Configurable command latency and sensor noise; two ways to run:
+
+- `realtime=False` (default, for tests and rehearsal as fast as possible): `send_command` applies
+  the command and advances the physics by one control period; the state's clock is sim time.
+- `realtime=True`: a background thread steps the physics at wall-clock pace; `read_state` returns
+  the newest state and `send_command` takes effect after the latency, like a real robot.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.robot import JointCommand, RobotState
+
+
+class SimRobot:
+    """MuJoCo twin implementing RobotInterface.
+
+    Args:
+        model_path: MJCF of the robot (the training scene).
+        hw: the hardware description: joint names (robot order) and quaternion order reported.
+        control_dt: control period (s); in fast mode each command advances the sim by this much.
+        keyframe: initial pose.
+        latency_s: delay between `send_command` and the command taking effect (sim time).
+        noise_std: standard deviation of Gaussian noise on q, dq and the gyro (same for all).
+        realtime: step in a background thread at wall-clock pace.
+        seed: noise seed.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        hw: HardwareSpec,
+        *,
+        control_dt: float,
+        keyframe: str | None = "home",
+        latency_s: float = 0.0,
+        noise_std: float = 0.0,
+        realtime: bool = False,
+        seed: int = 0,
+    ):
+        import mujoco
+
+        self._mj = mujoco
+        self.model = mujoco.MjModel.from_xml_path(str(model_path))
+        self.data = mujoco.MjData(self.model)
+        self.hw = hw
+        self.control_dt = control_dt
+        self.latency_s = latency_s
+        self.noise_std = noise_std
+        self.realtime = realtime
+        self.rng = np.random.default_rng(seed)
+        m = self.model
+        self.substeps = max(1, round(control_dt / m.opt.timestep))
+        jid = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in hw.joint_names]
+        missing = [n for n, i in zip(hw.joint_names, jid, strict=True) if i < 0]
+        if missing:
+            raise ValueError(f"sim model {model_path} has no joint(s) {', '.join(missing)}")
+        self.qadr = np.array([m.jnt_qposadr[i] for i in jid])  # (J,) robot order
+        self.dadr = np.array([m.jnt_dofadr[i] for i in jid])  # (J,)
+        self.aid = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, n) for n in hw.joint_names])
+        if (self.aid < 0).any():
+            raise ValueError(f"sim model {model_path} needs a position actuator named after every joint")
+        self.floating = m.njnt > 0 and m.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
+        ee = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, "ee_pos")
+        self._ee = slice(m.sensor_adr[ee], m.sensor_adr[ee] + 3) if ee >= 0 else None
+        self._pending: collections.deque[tuple[float, JointCommand]] = collections.deque()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._running = False
+        self.reset(keyframe)
+        if realtime:
+            self._running = True
+            self._thread = threading.Thread(target=self._run_realtime, daemon=True)
+            self._thread.start()
+
+    # ------------------------------------------------------------------ RobotInterface
+    def read_state(self) -> RobotState:
+        with self._lock:
+            d = self.data
+            q = d.qpos[self.qadr].copy()
+            dq = d.qvel[self.dadr].copy()
+            if self.noise_std > 0:
+                q += self.rng.normal(0.0, self.noise_std, q.shape)
+                dq += self.rng.normal(0.0, self.noise_std, dq.shape)
+            quat = gyro = None
+            if self.floating:
+                quat = d.qpos[3:7].copy()  # (w, x, y, z)
+                if self.hw.quaternion_order == "xyzw":
+                    quat = np.array([quat[1], quat[2], quat[3], quat[0]])
+                gyro = d.qvel[3:6].copy()  # base frame
+                if self.noise_std > 0:
+                    gyro += self.rng.normal(0.0, self.noise_std, 3)
+            return RobotState(
+                stamp=float(d.time),
+                received=time.monotonic() if self.realtime else float(d.time),
+                joint_names=self.hw.joint_names,
+                q=q,
+                dq=dq,
+                tau=d.actuator_force[self.aid].copy(),
+                imu_quat=quat,
+                imu_gyro=gyro,
+                ee_pos=d.sensordata[self._ee].copy() if self._ee is not None else None,
+            )
+
+    def send_command(self, command: JointCommand) -> None:
+        with self._lock:
+            self._pending.append((float(self.data.time) + self.latency_s, command))
+        if not self.realtime:
+            self.advance(self.substeps)
+
+    def close(self) -> None:
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    # ------------------------------------------------------------------ simulation
+    def reset(self, keyframe: str | None = "home", qpos: np.ndarray | None = None) -> None:
+        mj, m, d = self._mj, self.model, self.data
+        with self._lock:
+            if keyframe is not None:
+                mj.mj_resetDataKeyframe(m, d, mj.mj_name2id(m, mj.mjtObj.mjOBJ_KEY, keyframe))
+            else:
+                mj.mj_resetData(m, d)
+            if qpos is not None:
+                d.qpos[:] = qpos
+            self._pending.clear()
+            # Until a command arrives the drivers are passive (zero gains), like a powered-on robot.
+            m.actuator_gainprm[self.aid, 0] = 0.0
+            m.actuator_biasprm[self.aid, 1] = 0.0
+            m.actuator_biasprm[self.aid, 2] = 0.0
+            mj.mj_forward(m, d)
+
+    def advance(self, steps: int) -> None:
+        """Step the physics `steps` times, applying commands whose latency has elapsed."""
+        mj, m, d = self._mj, self.model, self.data
+        with self._lock:
+            for _ in range(steps):
+                while self._pending and self._pending[0][0] <= d.time + 1e-12:
+                    self._apply(self._pending.popleft()[1])
+                mj.mj_step(m, d)
+
+    def _apply(self, cmd: JointCommand) -> None:
+        """Load a command into the actuators: force = kp (q* - q) - kd dq, clipped to the torque limits."""
+        m, d = self.model, self.data
+        idx = self._command_index(cmd.joint_names)
+        a = self.aid[idx]
+        m.actuator_gainprm[a, 0] = cmd.kp
+        m.actuator_biasprm[a, 1] = -cmd.kp
+        m.actuator_biasprm[a, 2] = -cmd.kd
+        d.ctrl[a] = cmd.q
+        d.qfrc_applied[self.dadr[idx]] = cmd.tau + cmd.kd * cmd.dq  # feed-forward and velocity target
+
+    def _command_index(self, names: tuple[str, ...]) -> np.ndarray:
+        lookup = {n: i for i, n in enumerate(self.hw.joint_names)}
+        return np.array([lookup[n] for n in names], dtype=np.int64)
+
+    def _run_realtime(self) -> None:
+        dt = self.model.opt.timestep
+        start = time.monotonic()
+        k = 0
+        while self._running:
+            self.advance(1)
+            k += 1
+            delay = start + k * dt - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+
+    @property
+    def time(self) -> float:
+        return float(self.data.time)

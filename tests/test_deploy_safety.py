@@ -149,6 +149,11 @@ def test_extra_and_reordered_joints_are_fine():
     s = state(q=(0.3, 0.1, 0.2, 9.0), names=("j2", "j0", "j1", "gripper"))
     assert f.check_state(s, now=0.0) is None
     np.testing.assert_allclose(f.joint_positions(s), [0.1, 0.2, 0.3])
+    s32 = replace(s, q=s.q.astype(np.float32), dq=s.dq.astype(np.float32))  # DDS messages often carry float32
+    assert f.check_state(s32, now=0.0) is None
+    np.testing.assert_allclose(f.joint_positions(s32), [0.1, 0.2, 0.3], rtol=1e-6)
+    np.testing.assert_allclose(f.joint_positions(replace(s32, joint_names=NAMES + ("gripper",))), [0.3, 0.1, 0.2],
+                               rtol=1e-6)
 
 
 @pytest.mark.parametrize("order", ["wxyz", "xyzw"])

@@ -178,8 +178,9 @@ class SafetyFilter:
             np.copyto(self._q, state.q)
             np.copyto(self._dq, state.dq)
         else:
-            np.take(state.q, idx, out=self._q)
-            np.take(state.dq, idx, out=self._dq)
+            # Gather then cast: robots often report float32, which np.take(out=float64) refuses.
+            np.copyto(self._q, np.asarray(state.q)[idx])
+            np.copyto(self._dq, np.asarray(state.dq)[idx])
         finite = all_finite(self._q) and all_finite(self._dq)
         if finite:
             np.copyto(self._q_known, self._q)

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from robo_rl.config import ConfigError, load_yaml, resolve_train_config
 
 SIM_CONFIGS = Path(__file__).resolve().parents[1] / "sim_configs"
@@ -48,6 +50,16 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("export", help="export a trained policy to ONNX with its deploy contract")
     ex.add_argument("run", metavar="RUN_OR_CHECKPOINT")
     ex.add_argument("--out", required=True, metavar="policies/NAME.onnx", help="output file (.onnx)")
+
+    dp = sub.add_parser("deploy", help="run an exported policy on a robot through the deploy core")
+    dp.add_argument("--policy", required=True, metavar="policies/X.onnx")
+    dp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
+    dp.add_argument("--transport", default="sim", help="how to reach the robot (sim: the MuJoCo twin)")
+    dp.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    dp.add_argument("--velocity", metavar="VX,VY,WZ", help="velocity command for legged policies")
+    dp.add_argument("--target", metavar="X,Y,Z", help="end-effector target for reaching policies (base frame, m)")
+    dp.add_argument("--latency", type=float, default=0.0, help="sim transport: command latency (s)")
+    dp.add_argument("--noise", type=float, default=0.0, help="sim transport: sensor noise std")
 
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
@@ -187,6 +199,39 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- deploy
+def _vector(text: str, flag: str) -> np.ndarray:
+    try:
+        values = np.array([float(x) for x in text.split(",")])
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected three comma-separated numbers") from None
+    if values.shape != (3,):
+        raise UserError(f"{flag} {text!r}: expected three comma-separated numbers")
+    return values
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from robo_rl.deploy.session import default_commands, open_session, run_live
+
+    try:
+        session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    contract = session.policy.policy.contract
+    commands = default_commands(contract.extra, [t.name for t in contract.observation])
+    if args.velocity:
+        commands["velocity_command"] = _vector(args.velocity, "--velocity")
+    if args.target:
+        commands["target_pos"] = _vector(args.target, "--target")
+    session.policy.commands.update(commands)
+    print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
+          f"commands {({k: v.round(3).tolist() for k, v in commands.items()})}; Ctrl-C stops safely", flush=True)
+    stats = run_live(session, args.duration)
+    print(f"stopped in {session.controller.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
+          f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
     from robo_rl.tasks import TASKS
@@ -199,7 +244,7 @@ def cmd_tasks(_: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "tasks": cmd_tasks}
+COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,110 @@
+"""Wire a policy, a robot description and a transport into a running Controller.
+
+`open_session` loads and checks everything before any robot is touched; `run_live` drives the
+modes PASSIVE -> RAMP -> READY -> POLICY with a live status line and stops safely (DAMP, a last
+damping command) on Ctrl-C or at the end.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.hardware import HardwareSpec, load_hardware
+from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
+from robo_rl.deploy.robot import RobotInterface
+from robo_rl.deploy.state_machine import Mode
+
+TRANSPORTS = ("sim",)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Session:
+    hw: HardwareSpec
+    policy: PolicyStep
+    robot: RobotInterface
+    controller: Controller
+
+
+def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime: bool, latency_s: float = 0.0,
+               noise_std: float = 0.0, seed: int = 0) -> RobotInterface:
+    """The chosen transport; each is imported only when chosen (the sim twin needs mujoco)."""
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport {transport!r} is not available; choose from: {', '.join(TRANSPORTS)}")
+    from robo_rl.deploy.transports.sim import SimRobot
+
+    sim = hw.transport.get("sim") or {}
+    if "model" not in sim:
+        raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
+    model = Path(sim["model"])
+    model = model if model.is_absolute() else REPO_ROOT / model
+    return SimRobot(model, hw, control_dt=control_dt, keyframe=sim.get("keyframe"), latency_s=latency_s,
+                    noise_std=noise_std, realtime=realtime, seed=seed)
+
+
+def open_session(policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
+                 realtime: bool = True, latency_s: float = 0.0, noise_std: float = 0.0, seed: int = 0,
+                 commands: dict[str, np.ndarray] | None = None) -> Session:
+    """Load and cross-check policy and hardware (ValueError, one line, on any mismatch), then connect.
+
+    With `realtime=False` (sim transport only) the robot advances one control period per command and
+    the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
+    """
+    hw = load_hardware(hardware_path)
+    policy = PolicyStep(OnnxPolicy(policy_path), hw, commands)  # validates the contract against hw
+    robot = make_robot(transport, hw, policy.policy.contract.policy_dt, realtime=realtime, latency_s=latency_s,
+                       noise_std=noise_std, seed=seed)
+    default_q = policy.default_q.copy()
+    undriven = np.setdiff1d(np.arange(len(hw.joint_names)), policy.robot_index)
+    default_q[undriven] = (hw.joint_lower[undriven] + hw.joint_upper[undriven]) / 2  # joints the policy leaves alone
+    clock = time.monotonic if realtime else (lambda: robot.time)
+    controller = Controller(robot, hw, policy, default_q, clock=clock)
+    return Session(hw, policy, robot, controller)
+
+
+def default_commands(contract_extra: dict, term_names: list[str]) -> dict[str, np.ndarray]:
+    """Neutral operator inputs: stand still, or reach the centre of the training target box."""
+    out = {}
+    if "velocity_command" in term_names:
+        out["velocity_command"] = np.zeros(3)
+    if "target_pos" in term_names:
+        low = np.asarray(contract_extra.get("target_low", [0.5, 0.0, 0.4]))
+        high = np.asarray(contract_extra.get("target_high", [0.5, 0.0, 0.4]))
+        out["target_pos"] = (low + high) / 2
+    return out
+
+
+def run_live(session: Session, duration_s: float | None, *, status_every_s: float = 0.5, out=sys.stdout) -> dict:
+    """Run the controller in a thread: RAMP, then POLICY once READY; status lines; stop safely."""
+    c = session.controller
+    stop = threading.Event()
+    worker = threading.Thread(target=c.run, kwargs={"stop_event": stop}, daemon=True)
+    c.request_ramp()
+    worker.start()
+    start = time.monotonic()
+    try:
+        while worker.is_alive():
+            if c.mode is Mode.READY:
+                c.start_policy()
+            print("\r" + c.status_line(), end="", file=out, flush=True)
+            if duration_s is not None and time.monotonic() - start >= duration_s:
+                break
+            if c.mode in (Mode.DAMP, Mode.ESTOP):
+                break
+            time.sleep(status_every_s)
+    except KeyboardInterrupt:
+        print("\nCtrl-C: damping and stopping", file=out, flush=True)
+    finally:
+        stop.set()
+        worker.join(timeout=2.0)
+        c.shutdown()
+        session.robot.close()
+    print("\n" + c.status_line(), file=out, flush=True)
+    return c.stats()

@@ -294,6 +294,12 @@ class Controller:
             out.update(timing_summary(buf[: min(count, self._window)], name))
         return out
 
+    def reset_stats(self) -> None:
+        """Start the timing statistics and the missed-tick count afresh (e.g. once POLICY runs)."""
+        with self._lock:
+            self._n_periods = self._n_lateness = 0
+            self.missed_ticks = 0
+
     def status_line(self) -> str:
         """One line for live display: mode, ticks, missed ticks, p99 period, last fault."""
         s = self.stats()

@@ -92,7 +92,7 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     outside = [names[i] for i in np.flatnonzero((default < hw.joint_lower[idx]) | (default > hw.joint_upper[idx]))]
     if outside:
         raise ValueError(f"contract default pose is outside the hardware joint limits for {', '.join(outside)}")
-    over = [names[i] for i in np.flatnonzero(np.asarray(contract.torque_limits) > hw.torque_limits[idx] + 1e-9)]
+    over = [names[i] for i in np.flatnonzero(np.asarray(contract.torque_limits) > hw.torque_limits[idx] * (1 + 1e-6))]
     if over:
         raise ValueError(f"policy was trained with torque limits above the robot's for {', '.join(over)}")
 

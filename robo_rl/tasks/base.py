@@ -85,6 +85,13 @@ class TaskEnv:
         self.ctrl_high = torch.tensor(m.actuator_ctrlrange[a, 1], dtype=torch.float32)
         init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]])
         self.default_joint_pos = init_qpos[self.q_idx].to(torch.float32)  # (J,)
+        # The contract carries the model's own float64 numbers (not their float32 copies above).
+        self._contract_joints = {
+            "default_joint_pos": tuple(init_qpos[self.q_idx].tolist()),
+            "kp": tuple(m.actuator_gainprm[a, 0].tolist()),
+            "kd": tuple((-m.actuator_biasprm[a, 2]).tolist()),
+            "torque_limits": tuple(m.actuator_forcerange[a, 1].tolist()),
+        }
 
     @property
     def joint_pos(self) -> Tensor:
@@ -107,10 +114,7 @@ class TaskEnv:
         return DeployContract(
             robot=robot,
             joint_names=tuple(self.joint_names),
-            default_joint_pos=tuple(self.default_joint_pos.tolist()),
-            kp=tuple(self.kp.tolist()),
-            kd=tuple(self.kd.tolist()),
-            torque_limits=tuple(self.torque_limit.tolist()),
+            **self._contract_joints,
             action=ActionSpec(
                 kind=action_kind, scale=(self.cfg.action_scale,) * self.action_dim, clip=self.cfg.action_clip
             ),

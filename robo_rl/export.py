@@ -25,12 +25,10 @@ from torch import Tensor, nn
 
 from robo_rl.checkpoint import atomic_write, load_checkpoint, resolve_checkpoint
 from robo_rl.contract import DeployContract
+from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES
 from robo_rl.networks.actor_critic import ActorCritic
 
 OPSET = 18
-CONTRACT_KEY = "robo_rl.contract"
-INPUT_NAME = "obs"
-OUTPUT_NAMES = ("actions", "joint_targets")
 PARITY_TOLERANCE = 1e-5
 
 

@@ -15,6 +15,7 @@ from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.observations import ObservationBuilder
 from robo_rl.deploy.robot import RobotState
 
+# The file format shared with the exporter (robo_rl.export): metadata key and tensor names.
 CONTRACT_KEY = "robo_rl.contract"
 INPUT_NAME = "obs"
 OUTPUT_NAMES = ("actions", "joint_targets")

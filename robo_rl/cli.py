@@ -211,19 +211,18 @@ def _vector(text: str, flag: str) -> np.ndarray:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from robo_rl.deploy.session import default_commands, open_session, run_live
+    from robo_rl.deploy.session import open_session, run_live
 
     try:
         session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     contract = session.policy.policy.contract
-    commands = default_commands(contract.extra, [t.name for t in contract.observation])
+    commands = session.policy.commands
     if args.velocity:
         commands["velocity_command"] = _vector(args.velocity, "--velocity")
     if args.target:
         commands["target_pos"] = _vector(args.target, "--target")
-    session.policy.commands.update(commands)
     print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
           f"commands {({k: v.round(3).tolist() for k, v in commands.items()})}; Ctrl-C stops safely", flush=True)
     stats = run_live(session, args.duration)

@@ -63,7 +63,7 @@ def loop_jitter(policy: str, robot: str, rate_hz: float, seconds: float, with_po
     c.shutdown()
     session.robot.close()
     if fault is not None:
-        print(f"  warning: the controller faulted ({fault})")
+        print(f"  warning: the controller faulted ({fault}: {c.last_error})")
     return stats
 
 
@@ -86,7 +86,7 @@ def main() -> None:
         print(f"  {name:<12} p50 {p50:7.1f}   p99 {p99:7.1f}   max {lat.max():8.1f}")
     targets.append(("inference_p99_us", worst_p99, "<", 100.0))
 
-    print(f"\ncontrol loop against SimRobot (real time), {args.seconds:g} s each: |period - nominal| (ms)")
+    print(f"\ncontrol loop against SimRobot (real time), {args.seconds:g} s each (ms)")
     for rate, with_policy in ((50.0, True), (500.0, False)):
         s = loop_jitter("go2_walk", "go2", rate, args.seconds, with_policy)
         mode = "POLICY" if with_policy else "READY"

@@ -121,6 +121,7 @@ class Controller:
         self.ticks = 0
         self.missed_ticks = 0
         self.last_fault: str | None = None
+        self.last_error: str | None = None
         self.last_interventions: list[str] = []
         self.intervention_counts: Counter[str] = Counter()
         self._window = stats_window
@@ -213,7 +214,8 @@ class Controller:
             if state is not None and mode not in (Mode.DAMP, Mode.ESTOP):
                 try:
                     cmd = self._command_for(mode, state, now)
-                except Exception:
+                except Exception as exc:
+                    self.last_error = f"{type(exc).__name__}: {exc}"  # kept for the operator and the logs
                     self._fault("policy_error" if mode is Mode.POLICY else "command_error", now)
             if cmd is None:
                 cmd = self.safety.damping_command(state)

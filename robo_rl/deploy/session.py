@@ -54,11 +54,17 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
                  commands: dict[str, np.ndarray] | None = None) -> Session:
     """Load and cross-check policy and hardware (ValueError, one line, on any mismatch), then connect.
 
+    Operator commands start neutral (stand still / the centre of the target box); `commands`
+    overrides them and `session.policy.commands` can be changed while running.
+
     With `realtime=False` (sim transport only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
     """
     hw = load_hardware(hardware_path)
-    policy = PolicyStep(OnnxPolicy(policy_path), hw, commands)  # validates the contract against hw
+    onnx_policy = OnnxPolicy(policy_path)
+    contract = onnx_policy.contract
+    neutral = default_commands(contract.extra, [t.name for t in contract.observation])
+    policy = PolicyStep(onnx_policy, hw, {**neutral, **(commands or {})})  # validates the contract against hw
     robot = make_robot(transport, hw, policy.policy.contract.policy_dt, realtime=realtime, latency_s=latency_s,
                        noise_std=noise_std, seed=seed)
     default_q = policy.default_q.copy()

@@ -76,18 +76,20 @@ class ArmReachEnv(TaskEnv):
     critic_extra_terms = ()
 
     def __init__(self, cfg: ArmReachConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
+        self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame; read by _refresh
         super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
         self._ee_sensor = self.backend.sensor_slice("ee_pos")
         self.base_pos = torch.zeros(3)  # the arm's base sits at the world origin
-        self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame
         self.action = torch.zeros(num_envs, self.action_dim)  # (N, A)
         self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A)
         self._target_low = torch.tensor(cfg.target_low)
         self._target_high = torch.tensor(cfg.target_high)
+        self._refresh()
 
-    @property
-    def ee_pos_w(self) -> Tensor:
-        return self.backend.sensordata[:, self._ee_sensor].to(torch.float32)  # (N, 3)
+    def _refresh(self) -> None:
+        super()._refresh()
+        self.ee_pos_w = self.backend.sensordata[:, self._ee_sensor].to(torch.float32)  # (N, 3)
+        self.ee_distance = rew.cost_position_error_l2(self.ee_pos_w, self.target)  # (N,)
 
     def _apply_action(self, action: Tensor) -> None:
         self.prev_action.copy_(self.action)
@@ -96,20 +98,19 @@ class ArmReachEnv(TaskEnv):
 
     def _obs_terms(self) -> dict[str, Tensor]:
         return {
-            "joint_pos_rel": obs.joint_pos_rel(self.joint_pos.to(torch.float32), self.default_joint_pos),
-            "joint_vel": obs.joint_vel(self.joint_vel),
+            "joint_pos_rel": obs.joint_pos_rel(self.q, self.default_joint_pos),
+            "joint_vel": obs.joint_vel(self.dq),
             "ee_pos": obs.ee_pos(self.ee_pos_w, self.base_pos),
             "target_pos": obs.target_pos(self.target, self.base_pos),
             "last_action": obs.last_action(self.action),
         }
 
     def _reward_terms(self) -> dict[str, Tensor]:
-        ee = self.ee_pos_w
         return {
-            "position_error": rew.cost_position_error_l2(ee, self.target),
-            "position_error_tanh": rew.reward_position_error_tanh(ee, self.target, std=self.cfg.tanh_std),
+            "position_error": self.ee_distance,
+            "position_error_tanh": rew.reward_distance_tanh(self.ee_distance, std=self.cfg.tanh_std),
             "action_rate": rew.cost_action_rate_l2(self.action, self.prev_action),
-            "joint_vel": rew.cost_joint_vel_l2(self.joint_vel.to(torch.float32)),
+            "joint_vel": rew.cost_joint_vel_l2(self.dq),
         }
 
     def _reset_worlds(self, ids: Tensor) -> None:
@@ -126,7 +127,7 @@ class ArmReachEnv(TaskEnv):
         self.backend.reset(ids, qpos=qpos, qvel=torch.zeros(k, self.backend.model.nv))
 
     def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
-        dist = (self.ee_pos_w[ids] - self.target[ids]).norm(dim=-1)
+        dist = self.ee_distance[ids]
         return {"ee_distance_final": dist, "success": (dist < self.cfg.success_distance).to(torch.float32)}
 
     def _task_buffers(self) -> dict[str, Tensor]:

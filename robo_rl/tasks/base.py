@@ -62,13 +62,16 @@ class TaskEnv:
         self.generator = torch.Generator().manual_seed(seed)
         self.episode_length = torch.zeros(num_envs, dtype=torch.long)  # (N,) time-out clock, random at start
         self.episode_steps = torch.zeros(num_envs, dtype=torch.long)  # (N,) steps actually taken since reset
-        self.episode_sums = {name: torch.zeros(num_envs) for name in self.reward_terms}
+        self.episode_sums = torch.zeros(len(self.reward_terms), num_envs)  # (K, N) weighted term sums
+        self._reward_weights = torch.tensor([cfg.rewards[n] * self.dt for n in self.reward_terms])[:, None]  # (K, 1)
         self.obs_dims = {
             "policy": sum(t.dim for t in self.policy_terms),
             "critic": sum(t.dim for t in self.policy_terms + self.critic_extra_terms),
         }
         self.action_dim = len(self.joint_names)
         self._resolve_joints()
+        self.q = torch.zeros(num_envs, self.action_dim)  # (N, J) float32 joint positions, see _refresh
+        self.dq = torch.zeros(num_envs, self.action_dim)  # (N, J) float32 joint velocities
 
     def _resolve_joints(self) -> None:
         """Joint addresses and PD parameters of `joint_names` (position actuators named like the joints)."""
@@ -132,6 +135,14 @@ class TaskEnv:
         """Write actuator targets for raw policy actions (N, A) into backend.ctrl."""
         raise NotImplementedError
 
+    def _refresh(self) -> None:
+        """Cache float32 copies of the state the terms read, once per physics step and after resets.
+
+        Tasks extend this (calling super) for their own derived state (sensor values, distances).
+        """
+        self.q = self.joint_pos.to(torch.float32)  # (N, J)
+        self.dq = self.joint_vel.to(torch.float32)  # (N, J)
+
     def _post_physics(self) -> None:
         """Update derived quantities after physics (optional)."""
 
@@ -190,16 +201,15 @@ class TaskEnv:
         actions = actions.detach().to(torch.float32).clamp(-self.cfg.action_clip, self.cfg.action_clip)
         self._apply_action(actions)
         self.backend.step(self.cfg.decimation)
+        self._refresh()
         self.episode_length += 1
         self.episode_steps += 1
         self._post_physics()
 
         terms = self._reward_terms()
-        reward = torch.zeros(self.num_envs)
-        for name, value in terms.items():
-            weighted = value * (self.cfg.rewards[name] * self.dt)
-            reward += weighted
-            self.episode_sums[name] += weighted
+        weighted = torch.stack([terms[n] for n in self.reward_terms]) * self._reward_weights  # (K, N)
+        reward = weighted.sum(0)  # (N,)
+        self.episode_sums += weighted
         terminated = self._terminated()
         truncated = (self.episode_length >= self.max_episode_length) & ~terminated
         obs = self.get_observations()
@@ -216,9 +226,12 @@ class TaskEnv:
     def get_observations(self) -> dict[str, Tensor]:
         """Observation groups for the current state: "policy" (N, O) and "critic" (N, O_c)."""
         values = self._obs_terms()
-        policy = [self._apply_term(t, values[t.name]) for t in self.policy_terms]
-        critic = policy + [self._apply_term(t, values[t.name]) for t in self.critic_extra_terms]
-        return {"policy": torch.cat(policy, dim=-1), "critic": torch.cat(critic, dim=-1)}
+        parts = [self._apply_term(t, values[t.name]) for t in self.policy_terms]
+        policy = torch.cat(parts, dim=-1)  # (N, O)
+        if not self.critic_extra_terms:
+            return {"policy": policy, "critic": policy}
+        extra = [self._apply_term(t, values[t.name]) for t in self.critic_extra_terms]
+        return {"policy": policy, "critic": torch.cat([policy, *extra], dim=-1)}
 
     # ------------------------------------------------------------------ internals
     @staticmethod
@@ -233,14 +246,15 @@ class TaskEnv:
     def _reset_ids(self, ids: Tensor) -> None:
         self.episode_length[ids] = 0
         self.episode_steps[ids] = 0
-        for sums in self.episode_sums.values():
-            sums[ids] = 0.0
+        self.episode_sums[:, ids] = 0.0
         self._reset_worlds(ids)
+        self._refresh()
 
     def _episode_log(self, ids: Tensor, terminated: Tensor, metrics: dict[str, Tensor]) -> dict[str, Tensor]:
         """Means over the episodes that end now: reward per second of each term, metrics, lengths."""
         seconds = self.episode_steps[ids].to(torch.float32) * self.dt  # (K,)
-        log = {f"Episode_Reward/{k}": (v[ids] / seconds).mean() for k, v in self.episode_sums.items()}
+        per_second = (self.episode_sums[:, ids] / seconds).mean(1)  # (K,)
+        log = {f"Episode_Reward/{k}": v for k, v in zip(self.reward_terms, per_second, strict=True)}
         for name, value in metrics.items():
             log[f"Metrics/{name}"] = value.to(torch.float32).mean()
         log["Episode/length_s"] = seconds.mean()
@@ -263,8 +277,8 @@ class TaskEnv:
             "episode_length": self.episode_length.clone(),
             "episode_steps": self.episode_steps.clone(),
             "generator": self.generator.get_state(),
+            "episode_sums": self.episode_sums.clone(),
         }
-        out.update({f"episode_sum/{k}": v.clone() for k, v in self.episode_sums.items()})
         out.update({f"task/{k}": v.clone() for k, v in self._task_buffers().items()})
         return out
 
@@ -276,10 +290,10 @@ class TaskEnv:
         self.episode_length.copy_(state["episode_length"])
         self.episode_steps.copy_(state["episode_steps"])
         self.generator.set_state(state["generator"])
-        for k, v in self.episode_sums.items():
-            v.copy_(state[f"episode_sum/{k}"])
+        self.episode_sums.copy_(state["episode_sums"])
         for k, v in self._task_buffers().items():
             v.copy_(state[f"task/{k}"])
+        self._refresh()
 
     def _task_buffers(self) -> dict[str, Tensor]:
         """The task's own mutable tensors (commands, targets, last actions, ...)."""

@@ -144,7 +144,7 @@ class QuadrupedWalkEnv(TaskEnv):
     def _apply_action(self, action: Tensor) -> None:
         self.prev_action.copy_(self.action)
         self.action.copy_(action)
-        self.prev_joint_vel.copy_(self.joint_vel)
+        self.prev_joint_vel.copy_(self.dq)
         self._set_joint_targets(self.default_joint_pos + self.cfg.action_scale * action)
 
     def _post_physics(self) -> None:
@@ -166,16 +166,15 @@ class QuadrupedWalkEnv(TaskEnv):
             "base_ang_vel": obs.base_ang_vel(self.ang_vel_b),
             "projected_gravity": obs.projected_gravity(quat),
             "velocity_command": obs.velocity_command(self.command),
-            "joint_pos_rel": obs.joint_pos_rel(self.joint_pos.to(torch.float32), self.default_joint_pos),
-            "joint_vel": obs.joint_vel(self.joint_vel.to(torch.float32)),
+            "joint_pos_rel": obs.joint_pos_rel(self.q, self.default_joint_pos),
+            "joint_vel": obs.joint_vel(self.dq),
             "last_action": obs.last_action(self.action),
             "base_lin_vel": obs.base_lin_vel(quat, self.backend.qvel[:, 0:3].to(torch.float32)),
         }
 
     def _reward_terms(self) -> dict[str, Tensor]:
         lin_vel_b, ang_vel_b = self.lin_vel_b, self.ang_vel_b
-        dq = self.joint_vel.to(torch.float32)
-        q = self.joint_pos.to(torch.float32)
+        dq, q = self.dq, self.q
         q_target = self.backend.ctrl[:, self.act_idx].to(torch.float32)
         torque = rew.pd_torque(q_target, q, dq, kp=self.kp, kd=self.kd, limit=self.torque_limit)
         moving = self.command[:, :2].norm(dim=-1) > 0.1

@@ -55,9 +55,9 @@ def cost_position_error_l2(pos: Tensor, target: Tensor) -> Tensor:
     return (pos - target).norm(dim=-1)
 
 
-def reward_position_error_tanh(pos: Tensor, target: Tensor, *, std: float) -> Tensor:
-    """1 - tanh(|pos - target| / std): a sharp bonus near the target."""
-    return 1.0 - torch.tanh((pos - target).norm(dim=-1) / std)
+def reward_distance_tanh(distance: Tensor, *, std: float) -> Tensor:
+    """1 - tanh(distance / std) for distances (N,): a sharp bonus near a target."""
+    return 1.0 - torch.tanh(distance / std)
 
 
 def reward_feet_air_time(air_time: Tensor, first_contact: Tensor, moving: Tensor, *, threshold: float) -> Tensor:

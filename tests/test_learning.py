@@ -57,7 +57,7 @@ def test_arm_reach_learns_to_reach(tmp_path):
 def test_quadruped_tracking_reward_rises(cli, tmp_path):
     """The README's quadruped command on a short budget: the velocity-tracking reward rises, no NaN."""
     result = cli(
-        "train", "--task", "quadruped-walk-flat", "--num-envs", "512", "--max-iterations", "60",
+        "train", "--task", "quadruped-walk-flat", "--max-iterations", "100",
         "--run-name", "quad", "--set", f"runner.log_dir={tmp_path}", "--set", "runner.eval_episodes=0",
     )
     assert result.returncode == 0, result.stderr
@@ -67,9 +67,10 @@ def test_quadruped_tracking_reward_rises(cli, tmp_path):
     acc.Reload()
     values = [e.value for e in acc.Scalars("Episode_Reward/track_lin_vel_xy")]
     losses = [e.value for e in acc.Scalars("Loss/value_loss")]
-    assert len(losses) == 60 and all(math.isfinite(v) for v in losses)
+    assert len(losses) == 100 and all(math.isfinite(v) for v in losses)
+    # A robot that stands still already earns ~0.33 per second from small commands; walking earns up to 1.
     first, last = sum(values[:10]) / 10, sum(values[-10:]) / 10
-    assert last > 2.0 * first and last > 0.2, f"tracking reward per second {first:.3f} -> {last:.3f}"
+    assert last > 1.4 * first and last > 0.45, f"tracking reward per second {first:.3f} -> {last:.3f}"
 
 
 @pytest.mark.slow

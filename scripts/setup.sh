@@ -14,6 +14,15 @@ fi
 
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt torch==2.13.0
-.venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt -e ".[dev]"
+log=.venv/setup.log
+pip_install() {  # quiet unless it fails; the full output stays in .venv/setup.log
+  if ! .venv/bin/python -m pip install -q --disable-pip-version-check -c constraints.txt "$@" >>"$log" 2>&1; then
+    tail -n 30 "$log" >&2
+    echo "setup failed: pip install $* (full log: $log)" >&2
+    exit 1
+  fi
+}
+: >"$log"
+pip_install torch==2.13.0
+pip_install -e ".[dev]"
 echo "robo_rl is set up in .venv ($(.venv/bin/python -c 'import torch, mujoco; print("torch", torch.__version__, "mujoco", mujoco.__version__)'))"

@@ -1,0 +1,65 @@
+"""SimRobot: the MuJoCo twin behind the RobotInterface, and the deploy command's safe stop."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from robo_rl.deploy.hardware import load_hardware
+from robo_rl.deploy.robot import JointCommand
+from robo_rl.deploy.transports.sim import SimRobot
+from tests.conftest import REPO
+
+PANDA = load_hardware(REPO / "hardware" / "panda.yaml")
+
+
+def hold(robot, q, names=PANDA.joint_names):
+    n = len(names)
+    return JointCommand(names, np.asarray(q, float), np.zeros(n), PANDA.kp.copy(), PANDA.kd.copy(), np.zeros(n))
+
+
+def test_commands_move_joints_by_name_and_latency_delays_them():
+    fast = SimRobot(REPO / "envs" / "panda.xml", PANDA, control_dt=0.02)
+    slow = SimRobot(REPO / "envs" / "panda.xml", PANDA, control_dt=0.02, latency_s=0.04)
+    q0 = fast.read_state().q.copy()
+    target = q0.copy()
+    target[0] += 0.3
+    order = np.arange(7)[::-1]  # the command lists joints in reverse order
+    reversed_cmd = JointCommand(
+        tuple(PANDA.joint_names[i] for i in order), target[order], np.zeros(7), PANDA.kp[order], PANDA.kd[order],
+        np.zeros(7),
+    )
+    fast.send_command(reversed_cmd)
+    slow.send_command(reversed_cmd)
+    moved_fast = fast.read_state().q[0] - q0[0]
+    moved_slow = slow.read_state().q[0] - q0[0]
+    assert moved_fast > 0.02  # joint1 moved toward its target within one 20 ms tick
+    assert abs(moved_slow) < 1e-3  # 40 ms latency: nothing yet
+    for _ in range(2):
+        slow.send_command(reversed_cmd)
+    assert slow.read_state().q[0] - q0[0] > 0.02
+    assert abs(fast.read_state().q[1] - q0[1]) < 0.01  # other joints hold
+
+
+def test_noise_and_clock():
+    robot = SimRobot(REPO / "envs" / "panda.xml", PANDA, control_dt=0.02, noise_std=0.01, seed=1)
+    a, b = robot.read_state(), robot.read_state()
+    assert not np.array_equal(a.q, b.q) and np.abs(a.q - b.q).max() < 0.1
+    robot.send_command(hold(robot, a.q))
+    assert robot.read_state().stamp == robot.time > a.stamp
+
+
+def test_deploy_command_stops_safely_on_ctrl_c():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", "deploy", "--policy", "policies/go2_walk.onnx",
+         "--robot", "hardware/go2.yaml", "--transport", "sim", "--velocity", "0.5,0,0"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    time.sleep(5.0)  # 2 s soft start, then POLICY
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "mode=POLICY" in out and "Ctrl-C: damping and stopping" in out
+    assert "stopped in DAMP" in out and "Traceback" not in err

@@ -1,0 +1,1 @@
+"""Batched physics backends (mujoco_cpu is the embedded default)."""

@@ -1,0 +1,1 @@
+"""Robot transports; each is imported only when chosen (`sim` needs mujoco)."""

@@ -223,14 +223,26 @@ class MujocoCpuBackend:
         self._forward_worlds(idx)
 
     def _forward_worlds(self, idx: np.ndarray) -> None:
-        """Recompute sensors of worlds `idx` at their current state (only after resets)."""
-        d = self._scratch
-        for i in idx.tolist():
-            mujoco.mj_setState(self._models[i], d, self._state[i], _FULL)
-            d.ctrl[:] = self._ctrl[i]
-            d.mocap_pos[:] = self._mocap_pos[i]
-            mujoco.mj_forward(self._models[i], d)
-            self._sensordata[i] = d.sensordata
+        """Recompute sensors of worlds `idx` at their current state (after resets), in one pooled call.
+
+        A one-step rollout records the sensors that mj_step evaluates before it integrates, i.e. the
+        sensors of the given state (the same values mj_forward gives); the stepped state is discarded.
+        Mocap poses are not part of the rollout state: they only place markers in this project.
+        """
+        k, m = len(idx), self.model
+        out_state = np.empty((k, 1, self.nstate))
+        out_sensor = np.empty((k, 1, m.nsensordata))
+        self._pool.rollout(
+            [self._models[i] for i in idx.tolist()],
+            self._datas,
+            self._state[idx],  # (K, S) copy
+            self._ctrl[idx][:, None, :],  # (K, 1, U)
+            nstep=1,
+            state=out_state,
+            sensordata=out_sensor,
+            skip_checks=True,
+        )
+        self._sensordata[idx] = out_sensor[:, 0]
 
     def _default_state(self, keyframe: str | None) -> np.ndarray:
         d = self._scratch

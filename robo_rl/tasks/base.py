@@ -250,16 +250,19 @@ class TaskEnv:
         self._reset_worlds(ids)
         self._refresh()
 
-    def _episode_log(self, ids: Tensor, terminated: Tensor, metrics: dict[str, Tensor]) -> dict[str, Tensor]:
+    def _episode_log(self, ids: Tensor, terminated: Tensor, metrics: dict[str, Tensor]) -> dict[str, float]:
         """Means over the episodes that end now: reward per second of each term, metrics, lengths."""
-        seconds = self.episode_steps[ids].to(torch.float32) * self.dt  # (K,)
-        per_second = (self.episode_sums[:, ids] / seconds).mean(1)  # (K,)
-        log = {f"Episode_Reward/{k}": v for k, v in zip(self.reward_terms, per_second, strict=True)}
-        for name, value in metrics.items():
-            log[f"Metrics/{name}"] = value.to(torch.float32).mean()
-        log["Episode/length_s"] = seconds.mean()
-        log["Episode/terminated"] = terminated[ids].to(torch.float32).mean()
-        return log
+        seconds = self.episode_steps[ids].to(torch.float32) * self.dt  # (E,)
+        columns = torch.cat(
+            [
+                self.episode_sums[:, ids] / seconds,  # (K, E) reward per second of each term
+                torch.stack([v.to(torch.float32) for v in metrics.values()]) if metrics else torch.zeros(0, len(ids)),
+                seconds[None],
+                terminated[ids].to(torch.float32)[None],
+            ]
+        )  # (K + M + 2, E)
+        names = [f"Episode_Reward/{k}" for k in self.reward_terms] + [f"Metrics/{k}" for k in metrics]
+        return dict(zip([*names, "Episode/length_s", "Episode/terminated"], columns.mean(1).tolist(), strict=True))
 
     def _uniform(self, k: int, low: Tensor | float, high: Tensor | float, dim: int | None = None) -> Tensor:
         """Uniform samples (k,) or (k, dim) in [low, high) from the env generator."""

@@ -108,7 +108,7 @@ class QuadrupedWalkEnv(TaskEnv):
     def __init__(self, cfg: QuadrupedWalkConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
         super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
         b = self.backend
-        self._foot_sensors = [b.sensor_slice(f"{leg}_foot_pos") for leg in GO2_LEGS]
+        self._feet_z_idx = torch.tensor([b.sensor_slice(f"{leg}_foot_pos").start + 2 for leg in GO2_LEGS])
         foot_geom = b.name_id("geom", "FL_foot")
         self._foot_contact_z = float(b.model.geom_size[foot_geom, 0]) + 0.005
         self._init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]].copy())  # (nq,)
@@ -122,23 +122,18 @@ class QuadrupedWalkEnv(TaskEnv):
         self._first_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
         self._air_time_at_touchdown = torch.zeros(num_envs, 4)
         self.lin_vel_error_sum = torch.zeros(num_envs)  # (N,) for the episode-mean tracking error
+        self._refresh()
 
-    # ------------------------------------------------------------------ state views
-    @property
-    def base_pos(self) -> Tensor:
-        return self.backend.qpos[:, 0:3].to(torch.float32)  # (N, 3)
-
-    @property
-    def base_quat(self) -> Tensor:
-        return self.backend.qpos[:, 3:7].to(torch.float32)  # (N, 4) wxyz
-
-    @property
-    def lin_vel_b(self) -> Tensor:
-        return obs.base_lin_vel(self.base_quat, self.backend.qvel[:, 0:3].to(torch.float32))  # (N, 3)
-
-    @property
-    def ang_vel_b(self) -> Tensor:
-        return self.backend.qvel[:, 3:6].to(torch.float32)  # (N, 3) body frame
+    # ------------------------------------------------------------------ state, once per step
+    def _refresh(self) -> None:
+        super()._refresh()
+        qpos, qvel = self.backend.qpos, self.backend.qvel
+        self.base_pos = qpos[:, 0:3].to(torch.float32)  # (N, 3)
+        self.base_quat = qpos[:, 3:7].to(torch.float32)  # (N, 4) wxyz
+        self.lin_vel_b = obs.base_lin_vel(self.base_quat, qvel[:, 0:3].to(torch.float32))  # (N, 3) base frame
+        self.ang_vel_b = qvel[:, 3:6].to(torch.float32)  # (N, 3) a free joint's angular velocity is body-frame
+        self.gravity_b = obs.projected_gravity(self.base_quat)  # (N, 3)
+        self.feet_z = self.backend.sensordata[:, self._feet_z_idx].to(torch.float32)  # (N, F)
 
     # ------------------------------------------------------------------ task hooks
     def _apply_action(self, action: Tensor) -> None:
@@ -148,8 +143,7 @@ class QuadrupedWalkEnv(TaskEnv):
         self._set_joint_targets(self.default_joint_pos + self.cfg.action_scale * action)
 
     def _post_physics(self) -> None:
-        feet_z = torch.stack([self.backend.sensordata[:, s][:, 2] for s in self._foot_sensors], dim=-1)  # (N, F)
-        contact = feet_z.to(torch.float32) < self._foot_contact_z
+        contact = self.feet_z < self._foot_contact_z  # (N, F)
         self._first_contact = (self.air_time > 0) & contact
         self._air_time_at_touchdown = self.air_time * self._first_contact
         self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + self.dt)
@@ -161,15 +155,14 @@ class QuadrupedWalkEnv(TaskEnv):
             self._resample_commands(resample)
 
     def _obs_terms(self) -> dict[str, Tensor]:
-        quat = self.base_quat
         return {
             "base_ang_vel": obs.base_ang_vel(self.ang_vel_b),
-            "projected_gravity": obs.projected_gravity(quat),
+            "projected_gravity": self.gravity_b,
             "velocity_command": obs.velocity_command(self.command),
             "joint_pos_rel": obs.joint_pos_rel(self.q, self.default_joint_pos),
             "joint_vel": obs.joint_vel(self.dq),
             "last_action": obs.last_action(self.action),
-            "base_lin_vel": obs.base_lin_vel(quat, self.backend.qvel[:, 0:3].to(torch.float32)),
+            "base_lin_vel": self.lin_vel_b,
         }
 
     def _reward_terms(self) -> dict[str, Tensor]:
@@ -184,7 +177,7 @@ class QuadrupedWalkEnv(TaskEnv):
             "track_ang_vel_z": rew.reward_track_ang_vel_z_exp(ang_vel_b, self.command, sigma=sigma),
             "lin_vel_z": rew.cost_lin_vel_z_l2(lin_vel_b),
             "ang_vel_xy": rew.cost_ang_vel_xy_l2(ang_vel_b),
-            "flat_orientation": rew.cost_flat_orientation_l2(obs.projected_gravity(self.base_quat)),
+            "flat_orientation": rew.cost_flat_orientation_l2(self.gravity_b),
             "joint_torques": rew.cost_joint_torques_l2(torque),
             "joint_acc": rew.cost_joint_acc_l2(dq, self.prev_joint_vel, dt=self.dt),
             "action_rate": rew.cost_action_rate_l2(self.action, self.prev_action),
@@ -195,7 +188,7 @@ class QuadrupedWalkEnv(TaskEnv):
 
     def _terminated(self) -> Tensor:
         fallen = self.base_pos[:, 2] < self.cfg.min_base_height
-        tipped = obs.projected_gravity(self.base_quat)[:, 2] > -self.cfg.max_tilt_cos
+        tipped = self.gravity_b[:, 2] > -self.cfg.max_tilt_cos
         return fallen | tipped
 
     def _reset_worlds(self, ids: Tensor) -> None:

@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from pathlib import Path
@@ -210,6 +211,17 @@ def _vector(text: str, flag: str) -> np.ndarray:
     return values
 
 
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM both stop the robot safely, even when the parent started us with SIGINT
+    ignored (background jobs of a non-interactive shell, some launchers)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     from robo_rl.deploy.session import open_session, run_live
 
@@ -225,6 +237,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         commands["target_pos"] = _vector(args.target, "--target")
     print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
           f"commands {({k: v.round(3).tolist() for k, v in commands.items()})}; Ctrl-C stops safely", flush=True)
+    _stop_on_signals()
     stats = run_live(session, args.duration)
     print(f"stopped in {session.controller.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
           f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)

@@ -6,6 +6,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.robot import JointCommand
@@ -51,14 +52,17 @@ def test_noise_and_clock():
     assert robot.read_state().stamp == robot.time > a.stamp
 
 
-def test_deploy_command_stops_safely_on_ctrl_c():
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_deploy_command_stops_safely_on_signal(sig):
     proc = subprocess.Popen(
         [sys.executable, "-m", "robo_rl.cli", "deploy", "--policy", "policies/go2_walk.onnx",
          "--robot", "hardware/go2.yaml", "--transport", "sim", "--velocity", "0.5,0,0"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # as a background job of a non-interactive shell: SIGINT starts out ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     time.sleep(5.0)  # 2 s soft start, then POLICY
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "mode=POLICY" in out and "Ctrl-C: damping and stopping" in out

@@ -17,6 +17,10 @@ import argparse
 import os
 import time
 
+# isort: off
+import robo_rl  # noqa: F401  (first: its OpenMP setting must precede the torch import, as in the CLI)
+
+# isort: on
 import gymnasium as gym
 import mujoco
 import mujoco.rollout

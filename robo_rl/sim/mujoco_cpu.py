@@ -177,9 +177,6 @@ class MujocoCpuBackend:
         adr, dim = int(self.model.sensor_adr[i]), int(self.model.sensor_dim[i])
         return slice(adr, adr + dim)
 
-    def keyframe_qpos(self, name: str) -> np.ndarray:
-        return self.model.key_qpos[self.name_id("key", name)].copy()
-
     # ------------------------------------------------------------------ stepping
     def step(self, n_substeps: int = 1) -> None:
         """Advance all worlds by `n_substeps` physics steps with the current `ctrl`."""

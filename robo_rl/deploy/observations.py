@@ -13,6 +13,9 @@ from robo_rl.contract import DeployContract
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import RobotState
 
+_BASE_ORIGIN = np.zeros(3)  # positions are reported in the robot base frame already
+_DOWN = np.array([0.0, 0.0, -1.0])
+
 
 def quat_rotate_inverse(q: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Rotate world-frame v (3,) into the frame of unit quaternion q (4,): R(q)^T v."""
@@ -30,7 +33,7 @@ def base_lin_vel(base_quat: np.ndarray, lin_vel_w: np.ndarray) -> np.ndarray:
 
 
 def projected_gravity(base_quat: np.ndarray) -> np.ndarray:
-    return quat_rotate_inverse(base_quat, np.array([0.0, 0.0, -1.0]))
+    return quat_rotate_inverse(base_quat, _DOWN)
 
 
 def velocity_command(command: np.ndarray) -> np.ndarray:
@@ -114,11 +117,11 @@ class ObservationBuilder:
         if state.base_lin_vel is not None:
             out["base_lin_vel"] = state.base_lin_vel
         if state.ee_pos is not None:
-            out["ee_pos"] = ee_pos(state.ee_pos, np.zeros(3))
+            out["ee_pos"] = ee_pos(state.ee_pos, _BASE_ORIGIN)
         if "velocity_command" in commands:
             out["velocity_command"] = velocity_command(commands["velocity_command"])
         if "target_pos" in commands:
-            out["target_pos"] = target_pos(commands["target_pos"], np.zeros(3))
+            out["target_pos"] = target_pos(commands["target_pos"], _BASE_ORIGIN)
         return out
 
     def build(self, state: RobotState, *, commands: dict[str, np.ndarray], action: np.ndarray) -> np.ndarray:

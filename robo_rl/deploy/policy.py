@@ -125,7 +125,6 @@ class PolicyStep:
         self.kp[self.robot_index] = policy.contract.kp
         self.kd[self.robot_index] = policy.contract.kd
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
-        self.last_obs: np.ndarray | None = None
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
 
@@ -136,7 +135,6 @@ class PolicyStep:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
         actions, targets = self.policy(obs)
         self.last_action = actions
-        self.last_obs = obs
         if state.joint_names != self._state_names:  # joint order of the state, resolved by name once
             self._state_to_robot = self.hw.index_of(state.joint_names)
             self._state_names = state.joint_names

@@ -5,7 +5,8 @@ For each task, in one run and on the same model, N and decimation:
   raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic)
   gymnasium  a single-world gymnasium.Env over MjData/mj_step with numpy observations and reward,
              run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
-Physics steps/s = worlds x policy steps x decimation / seconds.
+Physics steps/s = worlds x policy steps x decimation / seconds. Each rate is the median over short timed
+chunks; ours and raw alternate chunk by chunk and their ratio is the median of the per-pair ratios.
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import time
 
 # isort: off
@@ -73,54 +75,86 @@ class SingleWorldEnv(gym.Env):
         return self._obs(), reward, False, self.t >= self.episode_steps, {}
 
 
-def bench_ours(task: str, n: int, steps: int, actions: torch.Tensor) -> float:
-    env = make_env(task, n)
-    env.reset()
-    for i in range(5):
-        env.step(actions[i % len(actions)])
-    t = time.perf_counter()
-    for i in range(steps):
-        env.step(actions[i % len(actions)])
-    dt = time.perf_counter() - t
-    rate = n * steps * env.cfg.decimation / dt
-    env.close()
-    return rate
+class OursLoop:
+    """Our TaskEnv: actions -> ctrl, threaded physics, observations, rewards, auto-reset."""
+
+    def __init__(self, task: str, n: int, actions: torch.Tensor):
+        self.env = make_env(task, n)
+        self.env.reset()
+        self.actions = actions
+        self.physics_steps = n * self.env.cfg.decimation  # per policy step
+        self.i = 0
+
+    def run(self, k: int) -> float:
+        """Seconds for k policy steps."""
+        t = time.perf_counter()
+        for _ in range(k):
+            self.env.step(self.actions[self.i % len(self.actions)])
+            self.i += 1
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        self.env.close()
 
 
-def bench_raw(task: str, n: int, steps: int, actions: torch.Tensor) -> float:
-    env = make_env(task, 1)  # only to get the same model, initial state, ctrl mapping and decimation
-    b, dec = env.backend, env.cfg.decimation
-    model = b.model
-    nthread = os.cpu_count() or 1
-    pool = mujoco.rollout.Rollout(nthread=nthread)
-    datas = [mujoco.MjData(model) for _ in range(nthread)]
-    state = np.repeat(b._init_state[None], n, 0)  # (N, S)
-    ctrls = [
-        np.repeat((env.default_joint_pos + env.cfg.action_scale * a).double().numpy()[:, None, :], dec, 1)
-        for a in actions
-    ]  # each (N, decimation, U): the actuators are the joints, in order
-    out_state = np.empty((n, dec, b.nstate))
-    out_sens = np.empty((n, dec, model.nsensordata))
-    models = [model] * n
+class RawLoop:
+    """Raw mujoco.rollout on a persistent pool, same model, N, initial state, ctrl and decimation."""
 
-    def run(k: int) -> None:
-        for i in range(k):
-            pool.rollout(
-                models, datas, state, ctrls[i % len(ctrls)],
-                nstep=dec, state=out_state, sensordata=out_sens, skip_checks=True,
+    def __init__(self, task: str, n: int, actions: torch.Tensor):
+        env = make_env(task, 1)  # only to get the same model, initial state, ctrl mapping and decimation
+        b, dec = env.backend, env.cfg.decimation
+        self.model, self.dec = b.model, dec
+        nthread = os.cpu_count() or 1
+        self.pool = mujoco.rollout.Rollout(nthread=nthread)
+        self.datas = [mujoco.MjData(self.model) for _ in range(nthread)]
+        self.state = np.repeat(b._init_state[None], n, 0)  # (N, S)
+        self.ctrls = [
+            np.repeat((env.default_joint_pos + env.cfg.action_scale * a).double().numpy()[:, None, :], dec, 1)
+            for a in actions
+        ]  # each (N, decimation, U): the actuators are the joints, in order
+        self.out_state = np.empty((n, dec, b.nstate))
+        self.out_sens = np.empty((n, dec, self.model.nsensordata))
+        self.models = [self.model] * n
+        self.physics_steps = n * dec
+        self.i = 0
+        env.close()
+
+    def run(self, k: int) -> float:
+        t = time.perf_counter()
+        for _ in range(k):
+            self.pool.rollout(
+                self.models, self.datas, self.state, self.ctrls[self.i % len(self.ctrls)],
+                nstep=self.dec, state=self.out_state, sensordata=self.out_sens, skip_checks=True,
             )
-            state[:] = out_state[:, -1]
+            self.state[:] = self.out_state[:, -1]
+            self.i += 1
+        return time.perf_counter() - t
 
-    run(5)
-    t = time.perf_counter()
-    run(steps)
-    dt = time.perf_counter() - t
-    pool.close()
-    env.close()
-    return n * steps * dec / dt
+    def close(self) -> None:
+        self.pool.close()
 
 
-def bench_gym(task: str, steps: int, actions: np.ndarray) -> dict[str, float]:
+def paired_rates(task: str, n: int, rounds: int, steps: int, actions: torch.Tensor) -> tuple[float, float, float]:
+    """Median physics steps/s of ours and raw, and the median of their per-round ratios.
+
+    The two alternate in short chunks, so a slow spell of the shared machine hits both sides of
+    a pair; the median over pairs drops the pairs it hit unevenly.
+    """
+    ours, raw = OursLoop(task, n, actions), RawLoop(task, n, actions)
+    ours.run(5)
+    raw.run(5)
+    ours_rates, raw_rates = [], []
+    for _ in range(rounds):
+        ours_rates.append(ours.physics_steps * steps / ours.run(steps))
+        raw_rates.append(raw.physics_steps * steps / raw.run(steps))
+    ours.close()
+    raw.close()
+    ratios = [o / r for o, r in zip(ours_rates, raw_rates, strict=True)]
+    return statistics.median(ours_rates), statistics.median(raw_rates), statistics.median(ratios)
+
+
+def bench_gym(task: str, rounds: int, steps: int, actions: np.ndarray) -> dict[str, float]:
+    """Median physics steps/s over `rounds` chunks of `steps` policy steps, for each gymnasium variant."""
     env = make_env(task, 1)
     cfg = env.cfg
     args = (str(resolve_asset(cfg.model)), env.keyframe, cfg.decimation, env.max_episode_length, cfg.physics_dt)
@@ -130,12 +164,16 @@ def bench_gym(task: str, steps: int, actions: np.ndarray) -> dict[str, float]:
 
     single = SingleWorldEnv(*args)
     single.reset(seed=0)
-    t = time.perf_counter()
-    for i in range(steps):
-        _, _, term, trunc, _ = single.step(actions[i % len(actions), 0])
-        if term or trunc:
-            single.reset()
-    out["single"] = steps * cfg.decimation / (time.perf_counter() - t)
+    rates, i = [], 0
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(steps):
+            _, _, term, trunc, _ = single.step(actions[i % len(actions), 0])
+            i += 1
+            if term or trunc:
+                single.reset()
+        rates.append(steps * cfg.decimation / (time.perf_counter() - t))
+    out["single"] = statistics.median(rates)
 
     for name, cls, num in (("sync", gym.vector.SyncVectorEnv, 8), ("async", gym.vector.AsyncVectorEnv, cores)):
         venv = cls([lambda: SingleWorldEnv(*args) for _ in range(num)])
@@ -143,10 +181,13 @@ def bench_gym(task: str, steps: int, actions: np.ndarray) -> dict[str, float]:
         k = max(1, steps // num)
         for i in range(3):
             venv.step(actions[i % len(actions), :num])
-        t = time.perf_counter()
-        for i in range(k):
-            venv.step(actions[i % len(actions), :num])
-        out[name] = num * k * cfg.decimation / (time.perf_counter() - t)
+        rates = []
+        for _ in range(rounds):
+            t = time.perf_counter()
+            for i in range(k):
+                venv.step(actions[i % len(actions), :num])
+            rates.append(num * k * cfg.decimation / (time.perf_counter() - t))
+        out[name] = statistics.median(rates)
         venv.close()
     return out
 
@@ -155,15 +196,16 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", nargs="+", default=["quadruped-walk-flat", "arm-reach"])
     p.add_argument("--num-envs", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=100, help="policy steps timed for the batched runs")
-    p.add_argument("--rounds", type=int, default=3, help="alternating repetitions of ours and raw (best kept)")
-    p.add_argument("--gym-steps", type=int, default=4000, help="policy steps timed for the gymnasium runs")
-    p.add_argument("--quick", action="store_true", help="N=256, fewer steps")
+    p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
+    p.add_argument("--rounds", type=int, default=15, help="chunks timed per run (ours and raw alternate)")
+    p.add_argument("--gym-steps", type=int, default=1000, help="policy steps per timed chunk of the gymnasium runs")
+    p.add_argument("--quick", action="store_true", help="N=256, fewer chunks, for a smoke test")
     args = p.parse_args()
     if args.quick:
-        args.num_envs, args.steps, args.gym_steps, args.rounds = 256, 30, 800, 1
+        args.num_envs, args.steps, args.gym_steps, args.rounds = 256, 10, 200, 3
 
     print(f"cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, N={args.num_envs}")
+    print(f"medians over {args.rounds} chunks; ours and raw alternate chunk by chunk")
     targets = []
     for task in args.tasks:
         probe = make_env(task, 1)
@@ -171,25 +213,17 @@ def main() -> None:
         probe.close()
         gen = torch.Generator().manual_seed(0)
         actions = 0.3 * torch.randn(16, args.num_envs, a_dim, generator=gen)  # (16, N, A) cycled
-        # Alternate the two several times and keep each one's best run: on a shared machine the
-        # slow outliers are other processes, not the code being measured.
-        ours = raw = 0.0
-        for _ in range(args.rounds):
-            ours = max(ours, bench_ours(task, args.num_envs, args.steps, actions))
-            raw = max(raw, bench_raw(task, args.num_envs, args.steps, actions))
-        gym_rates: dict[str, float] = {}
-        for _ in range(args.rounds):  # best of the rounds, like ours and raw
-            for name, rate in bench_gym(task, args.gym_steps, actions[:, :8].numpy()).items():
-                gym_rates[name] = max(gym_rates.get(name, 0.0), rate)
+        ours, raw, ours_vs_raw = paired_rates(task, args.num_envs, args.rounds, args.steps, actions)
+        gym_rates = bench_gym(task, args.rounds, args.gym_steps, actions[:, :8].numpy())
         best_gym_name = max(gym_rates, key=gym_rates.get)
         best_gym = gym_rates[best_gym_name]
         print(f"\n{task}: physics steps/s")
         print(f"  ours (TaskEnv, {args.num_envs} worlds)     {ours:>12,.0f}")
-        print(f"  raw mujoco.rollout                 {raw:>12,.0f}   ours/raw = {ours / raw:.2f}")
+        print(f"  raw mujoco.rollout                 {raw:>12,.0f}   ours/raw = {ours_vs_raw:.2f} (median of pairs)")
         for name, rate in gym_rates.items():
             print(f"  gymnasium {name:<6}                   {rate:>12,.0f}   ours/this = {ours / rate:.2f}")
         short = "quadruped" if task.startswith("quadruped") else "arm"
-        targets.append((f"env_vs_raw_rollout_{short}", ours / raw, ">=", 0.85))
+        targets.append((f"env_vs_raw_rollout_{short}", ours_vs_raw, ">=", 0.85))
         targets.append((f"env_vs_gymnasium_{short}", ours / best_gym, ">=", 2.0))
     print()
     for name, value, op, goal in targets:

@@ -60,3 +60,27 @@ def test_render_returns_an_image():
     assert frame.shape == (48, 64, 3) and frame.dtype == np.uint8
     assert frame.std() > 5  # not a blank image
     b.close()
+
+
+def test_inline_and_pooled_reset_compute_the_same_sensors(monkeypatch):
+    """Small resets recompute sensors on the calling thread, large ones on the pool: same numbers.
+
+    The Go2's IMU (gyro, accelerometer, velocimeter) also depends on velocities and actuator forces.
+    """
+    import robo_rl.sim.mujoco_cpu as mujoco_cpu
+
+    def sensors_after_reset(inline_max):
+        monkeypatch.setattr(mujoco_cpu, "_INLINE_FORWARD_MAX", inline_max)
+        b = MujocoCpuBackend(resolve_asset("envs/go2.xml"), 6, keyframe="home")
+        b.ctrl[:, 1] += 0.3
+        b.step(15)
+        ids = torch.tensor([1, 4])
+        qpos = b.qpos[ids] + 0.2
+        b.reset(ids, qpos=qpos, qvel=torch.full((2, b.model.nv), 0.5))
+        out = b.sensordata.clone()
+        b.close()
+        return out
+
+    inline, pooled = sensors_after_reset(10**6), sensors_after_reset(0)
+    assert torch.equal(inline, pooled)
+    assert not torch.equal(inline[1], inline[0])  # the reset worlds' sensors did change

@@ -27,7 +27,7 @@ def tiny_run(tmp_path_factory):
     result = run_cli(
         "train", "--task", "arm-reach", "--num-envs", "32", "--max-iterations", "3", "--run-name", "tiny",
         "--video", "--set", f"runner.log_dir={log_dir}", "--set", "runner.eval_episodes=4",
-        "--set", "algo.num_steps_per_env=8",
+        "--set", "algo.num_steps_per_env=16",  # 48 steps: enough for some episodes to end
     )
     assert result.returncode == 0, result.stderr
     return log_dir / "tiny", result.stdout

@@ -79,3 +79,37 @@ def test_quadruped_stands_with_zero_actions():
         _, _, terminated, _, _ = env.step(torch.zeros(4, env.action_dim))
         assert not terminated.any()
     assert (env.base_pos[:, 2] > 0.2).all()
+
+
+def test_random_starts_lie_on_the_grid_and_stay_spread():
+    """Training time-outs (arm-reach never fails) come in blocks, one per grid interval, all phases used."""
+    env = make_env("arm-reach", 64, seed=0)
+    env.reset()
+    stride, length = env.start_stride, env.max_episode_length
+    assert stride == round(env.start_grid_s / env.dt) > 1
+    assert torch.all(env.episode_length % stride == 0)
+    assert len(set(env.episode_length.tolist())) > length // stride // 2  # decorrelated, not all in phase
+    reset_steps = []
+    for t in range(length):
+        *_, truncated, info = env.step(torch.zeros(64, env.action_dim))
+        if truncated.any():
+            reset_steps.append(t)
+    assert reset_steps and all((t - reset_steps[0]) % stride == 0 for t in reset_steps)
+    env.close()
+
+
+def test_step_runs_torch_single_threaded_and_restores_threads():
+    env = make_env("arm-reach", 4)
+    before = torch.get_num_threads()
+    seen = []
+    original = env._refresh
+
+    def spy():
+        seen.append(torch.get_num_threads())
+        original()
+
+    env._refresh = spy
+    env.step(torch.zeros(4, env.action_dim))
+    assert seen and all(n == 1 for n in seen)
+    assert torch.get_num_threads() == before
+    env.close()

@@ -38,6 +38,8 @@ import mujoco  # noqa: E402  (MUJOCO_GL must be set before the import)
 import mujoco.rollout  # noqa: E402
 
 _FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+_INLINE_FORWARD_MAX = 32
+"""Resets of at most this many worlds recompute sensors on the calling thread instead of the pool."""
 
 _OBJ_TYPES = {
     "joint": mujoco.mjtObj.mjOBJ_JOINT,
@@ -110,7 +112,8 @@ class MujocoCpuBackend:
         self._models: list[mujoco.MjModel] = [m] * num_envs
         self._datas = [mujoco.MjData(m) for _ in range(self.num_threads)]
         self._pool = mujoco.rollout.Rollout(nthread=self.num_threads)
-        self._scratch = mujoco.MjData(m)  # reset, forward and rendering outside the pool
+        self._scratch = mujoco.MjData(m)  # initial state and rendering outside the pool
+        self._forward_data = mujoco.MjData(m)  # inline forward of reset worlds (mocap left at the default)
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
 
         self.slices = state_slices(m)
@@ -209,7 +212,7 @@ class MujocoCpuBackend:
         qvel: torch.Tensor | np.ndarray | None = None,
     ) -> None:
         """Reset worlds `ids` (K,) to the initial state, optionally with new qpos (K, nq) / qvel (K, nv)."""
-        idx = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
+        idx = _np(ids, np.int64)
         if idx.size == 0:
             return
         self._state[idx] = self._init_state
@@ -220,13 +223,23 @@ class MujocoCpuBackend:
         self._forward_worlds(idx)
 
     def _forward_worlds(self, idx: np.ndarray) -> None:
-        """Recompute sensors of worlds `idx` at their current state (after resets), in one pooled call.
+        """Recompute sensors of worlds `idx` at their current state (after resets).
 
-        A one-step rollout records the sensors that mj_step evaluates before it integrates, i.e. the
-        sensors of the given state (the same values mj_forward gives); the stepped state is discarded.
-        Mocap poses are not part of the rollout state: they only place markers in this project.
+        A few worlds (the usual auto-reset) are computed inline with mj_forward: handing them to the
+        pool would cost a thread hand-off and a cold restart of the calling thread, more than the
+        physics. Many worlds go to the pool as a one-step rollout, which records the sensors that
+        mj_step evaluates before it integrates, i.e. the same values mj_forward gives (the stepped
+        state is discarded). Mocap poses are not part of the state: they only place markers here.
         """
         k, m = len(idx), self.model
+        if k <= _INLINE_FORWARD_MAX:
+            d = self._forward_data
+            for i in idx.tolist():
+                mujoco.mj_setState(self._models[i], d, self._state[i], _FULL)
+                d.ctrl[:] = self._ctrl[i]
+                mujoco.mj_forward(self._models[i], d)
+                self._sensordata[i] = d.sensordata
+            return
         out_state = np.empty((k, 1, self.nstate))
         out_sensor = np.empty((k, 1, m.nsensordata))
         self._pool.rollout(
@@ -289,5 +302,8 @@ class MujocoCpuBackend:
         self._pool.close()
 
 
-def _np(x: torch.Tensor | np.ndarray) -> np.ndarray:
-    return x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.float64)
+def _np(x: torch.Tensor | np.ndarray, dtype: type = np.float64) -> np.ndarray:
+    """A numpy array of `dtype` (a view of a CPU tensor that already has it)."""
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy() if x.requires_grad or x.device.type != "cpu" else x.numpy()
+    return np.asarray(x, dtype=dtype)

@@ -78,23 +78,24 @@ class ArmReachEnv(TaskEnv):
     def __init__(self, cfg: ArmReachConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
         self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame; read by _refresh
         super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
-        self._ee_sensor = self.backend.sensor_slice("ee_pos")
+        self.ee_pos_w = self.sensors32[:, self.backend.sensor_slice("ee_pos")]  # (N, 3) view, refreshed in place
         self.base_pos = torch.zeros(3)  # the arm's base sits at the world origin
         self.action = torch.zeros(num_envs, self.action_dim)  # (N, A)
         self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A)
-        self._target_low = torch.tensor(cfg.target_low)
-        self._target_high = torch.tensor(cfg.target_high)
+        # One uniform draw per reset: joint noise (J) then the target (3).
+        noise = torch.full((self.action_dim,), cfg.init_joint_noise)
+        self._reset_low = torch.cat([-noise, torch.tensor(cfg.target_low)])  # (J + 3,)
+        self._reset_range = torch.cat([noise, torch.tensor(cfg.target_high)]) - self._reset_low  # (J + 3,)
         self._refresh()
 
     def _refresh(self) -> None:
         super()._refresh()
-        self.ee_pos_w = self.backend.sensordata[:, self._ee_sensor].to(torch.float32)  # (N, 3)
         self.ee_distance = rew.cost_position_error_l2(self.ee_pos_w, self.target)  # (N,)
 
     def _apply_action(self, action: Tensor) -> None:
         self.prev_action.copy_(self.action)
         self.action.copy_(action)
-        self._set_joint_targets(self.default_joint_pos + self.cfg.action_scale * action)
+        self._set_joint_targets(torch.add(self.default_joint_pos, action, alpha=self.cfg.action_scale))
 
     def _obs_terms(self) -> dict[str, Tensor]:
         return {
@@ -115,16 +116,17 @@ class ArmReachEnv(TaskEnv):
 
     def _reset_worlds(self, ids: Tensor) -> None:
         k = ids.numel()
-        noise = self._uniform(k, -self.cfg.init_joint_noise, self.cfg.init_joint_noise, self.action_dim)
-        q = (self.default_joint_pos + noise).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
-        qpos = self.backend.qpos[ids].clone()
+        sample = self._uniform(k, self._reset_low, self._reset_range)  # (K, J + 3)
+        q = (self.default_joint_pos + sample[:, : self.action_dim]).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
+        qpos = self.backend.qpos[ids]  # (K, nq) a copy; velocities restart from the keyframe's (zero)
         qpos[:, self.q_idx] = q.to(torch.float64)
         self._set_joint_targets(q, ids)  # hold the reset pose until the first action arrives
-        self.target[ids] = self.base_pos + self._uniform(k, self._target_low, self._target_high, 3)
-        self.backend.mocap_pos[ids, 0] = self.target[ids].to(torch.float64)
-        self.action[ids] = 0.0
-        self.prev_action[ids] = 0.0
-        self.backend.reset(ids, qpos=qpos, qvel=torch.zeros(k, self.backend.model.nv))
+        target = self.base_pos + sample[:, self.action_dim :]  # (K, 3)
+        self.target[ids] = target
+        self.backend.mocap_pos[ids, 0] = target.to(torch.float64)
+        self.action.index_fill_(0, ids, 0.0)
+        self.prev_action.index_fill_(0, ids, 0.0)
+        self.backend.reset(ids, qpos=qpos)
 
     def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
         dist = self.ee_distance[ids]

@@ -24,9 +24,17 @@ def base_lin_vel(base_quat: Tensor, lin_vel_w: Tensor) -> Tensor:
 
 def projected_gravity(base_quat: Tensor) -> Tensor:
     """Unit gravity direction in the base frame (N, 3); (0, 0, -1) when level."""
-    g = torch.zeros_like(base_quat[:, 1:])
-    g[:, 2] = -1.0
-    return quat_rotate_inverse(base_quat, g)
+    return quat_rotate_inverse(base_quat, _down(base_quat.device))
+
+
+_DOWN: dict[torch.device, Tensor] = {}
+
+
+def _down(device: torch.device) -> Tensor:
+    """The world's down direction (3,), one constant per device."""
+    if device not in _DOWN:
+        _DOWN[device] = torch.tensor([0.0, 0.0, -1.0], device=device)
+    return _DOWN[device]
 
 
 def velocity_command(command: Tensor) -> Tensor:

@@ -109,6 +109,10 @@ class QuadrupedWalkEnv(TaskEnv):
         super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
         b = self.backend
         self._feet_z_idx = torch.tensor([b.sensor_slice(f"{leg}_foot_pos").start + 2 for leg in GO2_LEGS])
+        # Views of the float32 state, refreshed in place by the base class.
+        self.base_pos = self.qpos32[:, 0:3]  # (N, 3)
+        self.base_quat = self.qpos32[:, 3:7]  # (N, 4) wxyz
+        self.ang_vel_b = self.qvel32[:, 3:6]  # (N, 3) a free joint's angular velocity is body-frame
         foot_geom = b.name_id("geom", "FL_foot")
         self._foot_contact_z = float(b.model.geom_size[foot_geom, 0]) + 0.005
         self._init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]].copy())  # (nq,)
@@ -118,37 +122,39 @@ class QuadrupedWalkEnv(TaskEnv):
         self.prev_action = torch.zeros(num_envs, self.action_dim)
         self.prev_joint_vel = torch.zeros(num_envs, self.action_dim)
         self.air_time = torch.zeros(num_envs, 4)  # (N, F)
-        self.last_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
         self._first_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
         self._air_time_at_touchdown = torch.zeros(num_envs, 4)
         self.lin_vel_error_sum = torch.zeros(num_envs)  # (N,) for the episode-mean tracking error
+        c = cfg
+        # Command draws (4,): v_x, v_y, yaw rate, and a uniform [0, 1) number that picks standing commands.
+        self._command_low = torch.tensor([c.lin_vel_x[0], c.lin_vel_y[0], c.ang_vel_z[0], 0.0])
+        self._command_range = torch.tensor([c.lin_vel_x[1], c.lin_vel_y[1], c.ang_vel_z[1], 1.0]) - self._command_low
+        j = self.action_dim
+        self._reset_low = torch.tensor([-math.pi] + [0.5] * j + [-0.3] * 6)  # (1 + J + 6,)
+        self._reset_range = torch.tensor([2 * math.pi] + [1.0] * j + [0.6] * 6)
         self._refresh()
 
     # ------------------------------------------------------------------ state, once per step
     def _refresh(self) -> None:
         super()._refresh()
-        qpos, qvel = self.backend.qpos, self.backend.qvel
-        self.base_pos = qpos[:, 0:3].to(torch.float32)  # (N, 3)
-        self.base_quat = qpos[:, 3:7].to(torch.float32)  # (N, 4) wxyz
-        self.lin_vel_b = obs.base_lin_vel(self.base_quat, qvel[:, 0:3].to(torch.float32))  # (N, 3) base frame
-        self.ang_vel_b = qvel[:, 3:6].to(torch.float32)  # (N, 3) a free joint's angular velocity is body-frame
+        self.lin_vel_b = obs.base_lin_vel(self.base_quat, self.qvel32[:, 0:3])  # (N, 3) base frame
         self.gravity_b = obs.projected_gravity(self.base_quat)  # (N, 3)
-        self.feet_z = self.backend.sensordata[:, self._feet_z_idx].to(torch.float32)  # (N, F)
+        self.feet_z = self.sensors32[:, self._feet_z_idx]  # (N, F)
 
     # ------------------------------------------------------------------ task hooks
     def _apply_action(self, action: Tensor) -> None:
         self.prev_action.copy_(self.action)
         self.action.copy_(action)
         self.prev_joint_vel.copy_(self.dq)
-        self._set_joint_targets(self.default_joint_pos + self.cfg.action_scale * action)
+        self._set_joint_targets(torch.add(self.default_joint_pos, action, alpha=self.cfg.action_scale))
 
     def _post_physics(self) -> None:
         contact = self.feet_z < self._foot_contact_z  # (N, F)
         self._first_contact = (self.air_time > 0) & contact
         self._air_time_at_touchdown = self.air_time * self._first_contact
-        self.air_time = torch.where(contact, torch.zeros_like(self.air_time), self.air_time + self.dt)
-        self.last_contact = contact
-        self.lin_vel_error_sum += (self.command[:, :2] - self.lin_vel_b[:, :2]).norm(dim=-1)
+        self.air_time = torch.where(contact, 0.0, self.air_time + self.dt)
+        self._lin_vel_error = rew.lin_vel_xy_error(self.lin_vel_b, self.command)  # (N, 2)
+        self.lin_vel_error_sum += torch.linalg.vector_norm(self._lin_vel_error, dim=-1)
         self.command_time -= self.dt
         resample = (self.command_time <= 0).nonzero().squeeze(-1)
         if resample.numel() > 0:
@@ -170,10 +176,10 @@ class QuadrupedWalkEnv(TaskEnv):
         dq, q = self.dq, self.q
         q_target = self.backend.ctrl[:, self.act_idx].to(torch.float32)
         torque = rew.pd_torque(q_target, q, dq, kp=self.kp, kd=self.kd, limit=self.torque_limit)
-        moving = self.command[:, :2].norm(dim=-1) > 0.1
+        moving = torch.linalg.vector_norm(self.command[:, :2], dim=-1) > 0.1
         sigma = self.cfg.tracking_sigma
         return {
-            "track_lin_vel_xy": rew.reward_track_lin_vel_xy_exp(lin_vel_b, self.command, sigma=sigma),
+            "track_lin_vel_xy": rew.reward_track_lin_vel_xy_exp(self._lin_vel_error, sigma=sigma),
             "track_ang_vel_z": rew.reward_track_ang_vel_z_exp(ang_vel_b, self.command, sigma=sigma),
             "lin_vel_z": rew.cost_lin_vel_z_l2(lin_vel_b),
             "ang_vel_xy": rew.cost_ang_vel_xy_l2(ang_vel_b),
@@ -192,42 +198,30 @@ class QuadrupedWalkEnv(TaskEnv):
         return fallen | tipped
 
     def _reset_worlds(self, ids: Tensor) -> None:
-        k = ids.numel()
+        k, j = ids.numel(), self.action_dim
+        # One uniform draw per reset (K, 1 + J + 6): yaw, joint scale (J), base velocity in the base frame (6).
+        sample = self._uniform(k, self._reset_low, self._reset_range)
+        yaw_q = yaw_quat(sample[:, 0])  # (K, 4)
+        q = (self.default_joint_pos * sample[:, 1 : 1 + j]).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
         qpos = self._init_qpos.repeat(k, 1)  # (K, nq)
-        yaw = self._uniform(k, -math.pi, math.pi)
-        qpos[:, 3:7] = yaw_quat(yaw).to(torch.float64)
-        scale = self._uniform(k, 0.5, 1.5, self.action_dim)
-        q = (self.default_joint_pos * scale).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
+        qpos[:, 3:7] = yaw_q
         qpos[:, self.q_idx] = q.to(torch.float64)
         qvel = torch.zeros(k, self.backend.model.nv, dtype=torch.float64)
-        lin_w = quat_rotate(yaw_quat(yaw), self._uniform(k, -0.3, 0.3, 3))
-        qvel[:, 0:3] = lin_w.to(torch.float64)
-        qvel[:, 3:6] = self._uniform(k, -0.3, 0.3, 3).to(torch.float64)
+        qvel[:, 0:3] = quat_rotate(yaw_q, sample[:, 1 + j : 4 + j])  # world-frame linear velocity
+        qvel[:, 3:6] = sample[:, 4 + j :]  # body-frame angular velocity
         self._set_joint_targets(q, ids)
-        self.action[ids] = 0.0
-        self.prev_action[ids] = 0.0
-        self.prev_joint_vel[ids] = 0.0
-        self.air_time[ids] = 0.0
-        self.last_contact[ids] = False
-        self._first_contact[ids] = False
-        self._air_time_at_touchdown[ids] = 0.0
-        self.lin_vel_error_sum[ids] = 0.0
+        for buf in (self.action, self.prev_action, self.prev_joint_vel, self.air_time, self._first_contact,
+                    self._air_time_at_touchdown, self.lin_vel_error_sum):
+            buf.index_fill_(0, ids, 0)
         self._resample_commands(ids)
         self.backend.reset(ids, qpos=qpos, qvel=qvel)
 
     def _resample_commands(self, ids: Tensor) -> None:
-        k, c = ids.numel(), self.cfg
-        cmd = torch.stack(
-            [
-                self._uniform(k, *c.lin_vel_x),
-                self._uniform(k, *c.lin_vel_y),
-                self._uniform(k, *c.ang_vel_z),
-            ],
-            dim=-1,
-        )
-        standing = torch.rand(k, generator=self.generator) < c.standing_fraction
-        self.command[ids] = cmd * ~standing.unsqueeze(-1)
-        self.command_time[ids] = c.command_resample_s
+        """New commands for worlds ids: uniform in the configured ranges, zero for a standing fraction."""
+        sample = self._uniform(ids.numel(), self._command_low, self._command_range)  # (K, 4)
+        standing = sample[:, 3:] < self.cfg.standing_fraction  # (K, 1)
+        self.command[ids] = torch.where(standing, 0.0, sample[:, :3])
+        self.command_time.index_fill_(0, ids, self.cfg.command_resample_s)
 
     def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
         """Mean planar velocity tracking error over the episode (m/s)."""
@@ -242,7 +236,6 @@ class QuadrupedWalkEnv(TaskEnv):
             "prev_action": self.prev_action,
             "prev_joint_vel": self.prev_joint_vel,
             "air_time": self.air_time,
-            "last_contact": self.last_contact,
             "first_contact": self._first_contact,
             "air_time_at_touchdown": self._air_time_at_touchdown,
             "lin_vel_error_sum": self.lin_vel_error_sum,

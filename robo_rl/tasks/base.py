@@ -83,6 +83,8 @@ class TaskEnv:
         self.qpos32 = self._state32[:, b.slices["qpos"]]  # (N, nq)
         self.qvel32 = self._state32[:, b.slices["qvel"]]  # (N, nv)
         self._joint_views = isinstance(self.q_idx, slice) and isinstance(self.dq_idx, slice)
+        self.q = self.qpos32[:, self.q_idx]  # (N, J) a view when the joints' addresses are consecutive
+        self.dq = self.qvel32[:, self.dq_idx]  # (N, J)
         self._refresh_state()
 
     def _resolve_joints(self) -> None:
@@ -149,10 +151,9 @@ class TaskEnv:
         """
         self._state32.copy_(self.backend.state)
         self.sensors32.copy_(self.backend.sensordata)
-        if self._joint_views and hasattr(self, "q"):
-            return
-        self.q = self.qpos32[:, self.q_idx]  # (N, J)
-        self.dq = self.qvel32[:, self.dq_idx]  # (N, J)
+        if not self._joint_views:  # gathered joints are copies: gather again
+            self.q = self.qpos32[:, self.q_idx]
+            self.dq = self.qvel32[:, self.dq_idx]
 
     def _refresh(self) -> None:
         """Cache float32 state the terms read, once per physics step and after resets.

@@ -5,8 +5,11 @@ For each task, in one run and on the same model, N and decimation:
   raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic)
   gymnasium  a single-world gymnasium.Env over MjData/mj_step with numpy observations and reward,
              run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
-Physics steps/s = worlds x policy steps x decimation / seconds. Each rate is the median over short timed
-chunks; ours and raw alternate chunk by chunk and their ratio is the median of the per-pair ratios.
+Physics steps/s = worlds x policy steps x decimation / seconds. All five loops stay alive and take
+turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
+again), so every comparison is made within the same spell of a shared machine. Rates are medians
+over rounds; each ratio is the median of the per-round ratios (vs gymnasium: against the fastest
+of its three variants in that round).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test
@@ -31,6 +34,8 @@ import torch
 
 from robo_rl.tasks import make_env
 from robo_rl.tasks.base import resolve_asset
+
+CORES = os.cpu_count() or 1
 
 
 class SingleWorldEnv(gym.Env):
@@ -134,62 +139,70 @@ class RawLoop:
         self.pool.close()
 
 
-def paired_rates(task: str, n: int, rounds: int, steps: int, actions: torch.Tensor) -> tuple[float, float, float]:
-    """Median physics steps/s of ours and raw, and the median of their per-round ratios.
+class GymLoop:
+    """The single-world gymnasium env alone (`single`), in SyncVectorEnv (8 copies) or AsyncVectorEnv
+    (one process per core)."""
 
-    The two alternate in short chunks, so a slow spell of the shared machine hits both sides of
-    a pair; the median over pairs drops the pairs it hit unevenly.
-    """
-    ours, raw = OursLoop(task, n, actions), RawLoop(task, n, actions)
-    ours.run(5)
-    raw.run(5)
-    ours_rates, raw_rates = [], []
-    for _ in range(rounds):
-        ours_rates.append(ours.physics_steps * steps / ours.run(steps))
-        raw_rates.append(raw.physics_steps * steps / raw.run(steps))
-    ours.close()
-    raw.close()
-    ratios = [o / r for o, r in zip(ours_rates, raw_rates, strict=True)]
-    return statistics.median(ours_rates), statistics.median(raw_rates), statistics.median(ratios)
+    def __init__(self, task: str, kind: str, actions: np.ndarray):
+        env = make_env(task, 1)
+        cfg = env.cfg
+        args = (str(resolve_asset(cfg.model)), env.keyframe, cfg.decimation, env.max_episode_length, cfg.physics_dt)
+        env.close()
+        self.kind, self.actions, self.i = kind, actions, 0  # actions (16, >= 8, A)
+        if kind == "single":
+            self.env, self.num = SingleWorldEnv(*args), 1
+            self.env.reset(seed=0)
+        else:
+            cls, self.num = {"sync": (gym.vector.SyncVectorEnv, 8), "async": (gym.vector.AsyncVectorEnv, CORES)}[kind]
+            self.env = cls([lambda: SingleWorldEnv(*args) for _ in range(self.num)])
+            self.env.reset(seed=0)
+        self.physics_steps = self.num * cfg.decimation  # per (vector) step
 
-
-def bench_gym(task: str, rounds: int, steps: int, actions: np.ndarray) -> dict[str, float]:
-    """Median physics steps/s over `rounds` chunks of `steps` policy steps, for each gymnasium variant."""
-    env = make_env(task, 1)
-    cfg = env.cfg
-    args = (str(resolve_asset(cfg.model)), env.keyframe, cfg.decimation, env.max_episode_length, cfg.physics_dt)
-    env.close()
-    cores = os.cpu_count() or 1
-    out = {}
-
-    single = SingleWorldEnv(*args)
-    single.reset(seed=0)
-    rates, i = [], 0
-    for _ in range(rounds):
+    def run(self, k: int) -> float:
+        """Seconds for k steps (of every copy)."""
         t = time.perf_counter()
-        for _ in range(steps):
-            _, _, term, trunc, _ = single.step(actions[i % len(actions), 0])
-            i += 1
-            if term or trunc:
-                single.reset()
-        rates.append(steps * cfg.decimation / (time.perf_counter() - t))
-    out["single"] = statistics.median(rates)
+        for _ in range(k):
+            a = self.actions[self.i % len(self.actions)]
+            self.i += 1
+            if self.kind == "single":
+                _, _, term, trunc, _ = self.env.step(a[0])
+                if term or trunc:
+                    self.env.reset()
+            else:
+                self.env.step(a[: self.num])
+        return time.perf_counter() - t
 
-    for name, cls, num in (("sync", gym.vector.SyncVectorEnv, 8), ("async", gym.vector.AsyncVectorEnv, cores)):
-        venv = cls([lambda: SingleWorldEnv(*args) for _ in range(num)])
-        venv.reset(seed=0)
-        k = max(1, steps // num)
-        for i in range(3):
-            venv.step(actions[i % len(actions), :num])
-        rates = []
-        for _ in range(rounds):
-            t = time.perf_counter()
-            for i in range(k):
-                venv.step(actions[i % len(actions), :num])
-            rates.append(num * k * cfg.decimation / (time.perf_counter() - t))
-        out[name] = statistics.median(rates)
-        venv.close()
-    return out
+    def close(self) -> None:
+        self.env.close()
+
+
+def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[str, list[float]]:
+    """Physics steps/s of every loop, per round; all loops take turns within each round.
+
+    Short interleaved chunks put every side of a comparison in the same spell of a shared machine.
+    """
+    probe = make_env(task, 1)
+    a_dim = probe.action_dim
+    probe.close()
+    gen = torch.Generator().manual_seed(0)
+    actions = 0.3 * torch.randn(16, n, a_dim, generator=gen)  # (16, N, A) cycled
+    loops = {"ours": OursLoop(task, n, actions), "raw": RawLoop(task, n, actions)}
+    for kind in ("single", "sync", "async"):
+        loops[kind] = GymLoop(task, kind, actions[:, :8].numpy())
+    chunk = {name: steps if name in ("ours", "raw") else max(1, gym_steps // loop.num) for name, loop in loops.items()}
+    rates: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(rounds):
+        for name, loop in loops.items():
+            loop.run(max(1, chunk[name] // 5))  # untimed: the loop before it has cooled this one's caches
+            rates[name].append(loop.physics_steps * chunk[name] / loop.run(chunk[name]))
+    for loop in loops.values():
+        loop.close()
+    return rates
+
+
+def median_ratio(ours: list[float], others: list[list[float]]) -> float:
+    """Median over rounds of ours / the fastest of `others` in the same round."""
+    return statistics.median(o / max(r) for o, *r in zip(ours, *others, strict=True))
 
 
 def main() -> None:
@@ -197,34 +210,31 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", default=["quadruped-walk-flat", "arm-reach"])
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
-    p.add_argument("--rounds", type=int, default=15, help="chunks timed per run (ours and raw alternate)")
-    p.add_argument("--gym-steps", type=int, default=1000, help="policy steps per timed chunk of the gymnasium runs")
+    p.add_argument("--rounds", type=int, default=15, help="rounds; each loop runs one timed chunk per round")
+    p.add_argument("--gym-steps", type=int, default=1000, help="single-world env steps per gymnasium chunk")
     p.add_argument("--quick", action="store_true", help="N=256, fewer chunks, for a smoke test")
     args = p.parse_args()
     if args.quick:
         args.num_envs, args.steps, args.gym_steps, args.rounds = 256, 10, 200, 3
 
-    print(f"cores {os.cpu_count()}, torch threads {torch.get_num_threads()}, N={args.num_envs}")
-    print(f"medians over {args.rounds} chunks; ours and raw alternate chunk by chunk")
+    print(f"cores {CORES}, torch threads {torch.get_num_threads()}, N={args.num_envs}")
+    print(f"medians over {args.rounds} rounds; in each round every loop runs one chunk in turn")
     targets = []
     for task in args.tasks:
-        probe = make_env(task, 1)
-        a_dim = probe.action_dim
-        probe.close()
-        gen = torch.Generator().manual_seed(0)
-        actions = 0.3 * torch.randn(16, args.num_envs, a_dim, generator=gen)  # (16, N, A) cycled
-        ours, raw, ours_vs_raw = paired_rates(task, args.num_envs, args.rounds, args.steps, actions)
-        gym_rates = bench_gym(task, args.rounds, args.gym_steps, actions[:, :8].numpy())
-        best_gym_name = max(gym_rates, key=gym_rates.get)
-        best_gym = gym_rates[best_gym_name]
-        print(f"\n{task}: physics steps/s")
-        print(f"  ours (TaskEnv, {args.num_envs} worlds)     {ours:>12,.0f}")
-        print(f"  raw mujoco.rollout                 {raw:>12,.0f}   ours/raw = {ours_vs_raw:.2f} (median of pairs)")
-        for name, rate in gym_rates.items():
-            print(f"  gymnasium {name:<6}                   {rate:>12,.0f}   ours/this = {ours / rate:.2f}")
+        rates = measure(task, args.num_envs, args.rounds, args.steps, args.gym_steps)
+        med = {name: statistics.median(r) for name, r in rates.items()}
+        gyms = [rates[k] for k in ("single", "sync", "async")]
+        vs_raw, vs_gym = median_ratio(rates["ours"], [rates["raw"]]), median_ratio(rates["ours"], gyms)
+        print(f"\n{task}: physics steps/s (median)            ours / this (median of per-round ratios)")
+        print(f"  ours (TaskEnv, {args.num_envs} worlds)     {med['ours']:>12,.0f}")
+        print(f"  raw mujoco.rollout                 {med['raw']:>12,.0f}   {vs_raw:.2f}")
+        for name in ("single", "sync", "async"):
+            ratio = median_ratio(rates["ours"], [rates[name]])
+            print(f"  gymnasium {name:<6}                   {med[name]:>12,.0f}   {ratio:.2f}")
+        print(f"  fastest gymnasium of each round                 {vs_gym:.2f}")
         short = "quadruped" if task.startswith("quadruped") else "arm"
-        targets.append((f"env_vs_raw_rollout_{short}", ours_vs_raw, ">=", 0.85))
-        targets.append((f"env_vs_gymnasium_{short}", ours / best_gym, ">=", 2.0))
+        targets.append((f"env_vs_raw_rollout_{short}", vs_raw, ">=", 0.85))
+        targets.append((f"env_vs_gymnasium_{short}", vs_gym, ">=", 2.0))
     print()
     for name, value, op, goal in targets:
         ok = value >= goal if op == ">=" else value <= goal

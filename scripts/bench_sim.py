@@ -2,9 +2,11 @@
 
 For each task, in one run and on the same model, N and decimation:
   ours       TaskEnv.step (actions -> ctrl, threaded physics, observations, rewards, auto-reset)
-  raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic)
+  raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic);
+             each of its chunks starts from our env's current worlds, so both do the same physics
   gymnasium  a single-world gymnasium.Env over MjData/mj_step with numpy observations and reward,
-             run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
+             starting episodes from the task's reset states, run alone, in SyncVectorEnv and in
+             AsyncVectorEnv; the fastest of the three counts.
 Physics steps/s = worlds x policy steps x decimation / seconds. All five loops stay alive and take
 turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
 again), so every comparison is made within the same spell of a shared machine. Rates are medians
@@ -39,9 +41,21 @@ CORES = os.cpu_count() or 1
 
 
 class SingleWorldEnv(gym.Env):
-    """The single-world gymnasium equivalent: one MjData, mj_step per physics step, numpy obs/reward."""
+    """The single-world gymnasium equivalent: one MjData, mj_step per physics step, numpy obs/reward.
 
-    def __init__(self, model_path: str, keyframe: str, decimation: int, episode_steps: int, physics_dt: float):
+    Episodes start from physics states drawn by the task's own reset (`start_states`, (M, S)), so a
+    world does the same physics work here as in our env.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        keyframe: str,
+        decimation: int,
+        episode_steps: int,
+        physics_dt: float,
+        start_states: np.ndarray,
+    ):
         self.model = mujoco.MjModel.from_xml_path(model_path)
         self.model.opt.timestep = physics_dt
         self.data = mujoco.MjData(self.model)
@@ -54,7 +68,9 @@ class SingleWorldEnv(gym.Env):
         self.action_space = gym.spaces.Box(-1.0, 1.0, (m.nu,), np.float32)
         self.t = 0
         self.last_action = np.zeros(m.nu)
-        self.default_ctrl = None
+        self.start_states = start_states
+        mujoco.mj_resetDataKeyframe(self.model, self.data, self.key)
+        self.default_ctrl = self.data.ctrl.copy()
 
     def _obs(self) -> np.ndarray:
         d = self.data
@@ -62,9 +78,10 @@ class SingleWorldEnv(gym.Env):
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
-        mujoco.mj_resetDataKeyframe(self.model, self.data, self.key)
-        if self.default_ctrl is None:
-            self.default_ctrl = self.data.ctrl.copy()
+        start = self.start_states[self.np_random.integers(len(self.start_states))]
+        mujoco.mj_setState(self.model, self.data, start, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        self.data.ctrl[:] = self.default_ctrl
+        mujoco.mj_forward(self.model, self.data)
         self.t = 0
         self.last_action[:] = 0
         return self._obs(), {}
@@ -144,10 +161,13 @@ class GymLoop:
     (one process per core)."""
 
     def __init__(self, task: str, kind: str, actions: np.ndarray):
-        env = make_env(task, 1)
+        env = make_env(task, 64, seed=1)
+        env.reset(random_start=False)  # 64 start states from the task's reset distribution
         cfg = env.cfg
+        starts = env.backend.state.numpy().copy()  # (64, S)
         args = (str(resolve_asset(cfg.model)), env.keyframe, cfg.decimation, env.max_episode_length, cfg.physics_dt)
         env.close()
+        args = (*args, starts)
         self.kind, self.actions, self.i = kind, actions, 0  # actions (16, >= 8, A)
         if kind == "single":
             self.env, self.num = SingleWorldEnv(*args), 1
@@ -191,8 +211,11 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
         loops[kind] = GymLoop(task, kind, actions[:, :8].numpy())
     chunk = {name: steps if name in ("ours", "raw") else max(1, gym_steps // loop.num) for name, loop in loops.items()}
     rates: dict[str, list[float]] = {name: [] for name in loops}
+    ours_state, raw_state = loops["ours"].env.backend.state.numpy(), loops["raw"].state
     for _ in range(rounds):
         for name, loop in loops.items():
+            if name == "raw":  # step our worlds as they are (fresh or settled): the same physics work
+                raw_state[:] = ours_state
             loop.run(max(1, chunk[name] // 5))  # untimed: the loop before it has cooled this one's caches
             rates[name].append(loop.physics_steps * chunk[name] / loop.run(chunk[name]))
     for loop in loops.values():

@@ -304,6 +304,4 @@ class MujocoCpuBackend:
 
 def _np(x: torch.Tensor | np.ndarray, dtype: type = np.float64) -> np.ndarray:
     """A numpy array of `dtype` (a view of a CPU tensor that already has it)."""
-    if isinstance(x, torch.Tensor):
-        x = x.detach().cpu().numpy() if x.requires_grad or x.device.type != "cpu" else x.numpy()
-    return np.asarray(x, dtype=dtype)
+    return np.asarray(x.numpy(force=True) if isinstance(x, torch.Tensor) else x, dtype=dtype)

@@ -114,12 +114,12 @@ class TaskEnv:
     def _set_joint_targets(self, q_target: Tensor, ids: Tensor | None = None) -> None:
         """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl."""
         ctrl = self.backend.ctrl
-        if ids is None and isinstance(self.act_idx, slice):
-            ctrl[:, self.act_idx] = q_target  # a view: the copy converts to float64
-        elif ids is None:
-            ctrl[:, self.act_idx] = q_target.to(ctrl.dtype)
-        else:
+        if ids is not None:
             ctrl[ids[:, None], self._act_columns] = q_target.to(ctrl.dtype)
+        elif isinstance(self.act_idx, slice):
+            ctrl[:, self.act_idx] = q_target  # a view: the copy converts to float64
+        else:
+            ctrl[:, self.act_idx] = q_target.to(ctrl.dtype)
 
     def _make_contract(self, robot: str, action_kind: str, extra: dict[str, Any]) -> DeployContract:
         return DeployContract(

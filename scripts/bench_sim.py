@@ -4,9 +4,9 @@ For each task, in one run and on the same model, N and decimation:
   ours       TaskEnv.step (actions -> ctrl, threaded physics, observations, rewards, auto-reset)
   raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic);
              each of its chunks starts from our env's current worlds, so both do the same physics
-  gymnasium  a single-world gymnasium.Env over MjData/mj_step with numpy observations and reward,
-             starting episodes from the task's reset states, run alone, in SyncVectorEnv and in
-             AsyncVectorEnv; the fastest of the three counts.
+  gymnasium  the task's single-world gymnasium.Env (`single_world_envs.py`: one MjData, mj_step, the
+             same observations, reward terms, terminations and resets in numpy, tested equal to
+             ours), run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
 Physics steps/s = worlds x policy steps x decimation / seconds. All five loops stay alive and take
 turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
 again), so every comparison is made within the same spell of a shared machine. Rates are medians
@@ -33,68 +33,11 @@ import mujoco
 import mujoco.rollout
 import numpy as np
 import torch
+from single_world_envs import make_single, task_spec  # scripts/, next to this file
 
 from robo_rl.tasks import make_env
-from robo_rl.tasks.base import resolve_asset
 
 CORES = os.cpu_count() or 1
-
-
-class SingleWorldEnv(gym.Env):
-    """The single-world gymnasium equivalent: one MjData, mj_step per physics step, numpy obs/reward.
-
-    Episodes start from physics states drawn by the task's own reset (`start_states`, (M, S)), so a
-    world does the same physics work here as in our env.
-    """
-
-    def __init__(
-        self,
-        model_path: str,
-        keyframe: str,
-        decimation: int,
-        episode_steps: int,
-        physics_dt: float,
-        start_states: np.ndarray,
-    ):
-        self.model = mujoco.MjModel.from_xml_path(model_path)
-        self.model.opt.timestep = physics_dt
-        self.data = mujoco.MjData(self.model)
-        self.key = mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_KEY, keyframe)
-        self.decimation = decimation
-        self.episode_steps = episode_steps
-        m = self.model
-        obs_dim = m.nq + m.nv + m.nsensordata + m.nu
-        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (obs_dim,), np.float64)
-        self.action_space = gym.spaces.Box(-1.0, 1.0, (m.nu,), np.float32)
-        self.t = 0
-        self.last_action = np.zeros(m.nu)
-        self.start_states = start_states
-        mujoco.mj_resetDataKeyframe(self.model, self.data, self.key)
-        self.default_ctrl = self.data.ctrl.copy()
-
-    def _obs(self) -> np.ndarray:
-        d = self.data
-        return np.concatenate([d.qpos, d.qvel, d.sensordata, self.last_action])
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        start = self.start_states[self.np_random.integers(len(self.start_states))]
-        mujoco.mj_setState(self.model, self.data, start, mujoco.mjtState.mjSTATE_FULLPHYSICS)
-        self.data.ctrl[:] = self.default_ctrl
-        mujoco.mj_forward(self.model, self.data)
-        self.t = 0
-        self.last_action[:] = 0
-        return self._obs(), {}
-
-    def step(self, action):
-        d = self.data
-        d.ctrl[:] = self.default_ctrl + 0.25 * action
-        for _ in range(self.decimation):
-            mujoco.mj_step(self.model, d)
-        reward = -float(np.square(action - self.last_action).sum()) - float(np.square(d.qvel).sum()) * 1e-3
-        self.last_action[:] = action
-        self.t += 1
-        return self._obs(), reward, False, self.t >= self.episode_steps, {}
 
 
 class OursLoop:
@@ -161,22 +104,15 @@ class GymLoop:
     (one process per core)."""
 
     def __init__(self, task: str, kind: str, actions: np.ndarray):
-        env = make_env(task, 64, seed=1)
-        env.reset(random_start=False)  # 64 start states from the task's reset distribution
-        cfg = env.cfg
-        starts = env.backend.state.numpy().copy()  # (64, S)
-        args = (str(resolve_asset(cfg.model)), env.keyframe, cfg.decimation, env.max_episode_length, cfg.physics_dt)
-        env.close()
-        args = (*args, starts)
+        spec = task_spec(task)
         self.kind, self.actions, self.i = kind, actions, 0  # actions (16, >= 8, A)
         if kind == "single":
-            self.env, self.num = SingleWorldEnv(*args), 1
-            self.env.reset(seed=0)
+            self.env, self.num = make_single(spec), 1
         else:
             cls, self.num = {"sync": (gym.vector.SyncVectorEnv, 8), "async": (gym.vector.AsyncVectorEnv, CORES)}[kind]
-            self.env = cls([lambda: SingleWorldEnv(*args) for _ in range(self.num)])
-            self.env.reset(seed=0)
-        self.physics_steps = self.num * cfg.decimation  # per (vector) step
+            self.env = cls([lambda: make_single(spec) for _ in range(self.num)])
+        self.env.reset(seed=0)
+        self.physics_steps = self.num * spec.cfg.decimation  # per (vector) step
 
     def run(self, k: int) -> float:
         """Seconds for k steps (of every copy)."""
@@ -261,7 +197,7 @@ def main() -> None:
     print()
     for name, value, op, goal in targets:
         ok = value >= goal if op == ">=" else value <= goal
-        print(f"TARGET {name} measured={value:.2f} goal={op}{goal} {'PASS' if ok else 'FAIL'}")
+        print(f"TARGET {name} measured={value:.3f} goal={op}{goal} {'PASS' if ok else 'FAIL'}")
 
 
 if __name__ == "__main__":

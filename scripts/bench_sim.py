@@ -3,7 +3,9 @@
 For each task, in one run and on the same model, N and decimation:
   ours       TaskEnv.step (actions -> ctrl, threaded physics, observations, rewards, auto-reset)
   raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic);
-             each of its chunks starts from our env's current worlds, so both do the same physics
+             each of its chunks starts from our env's current worlds, so both do the same physics.
+             Also run pausing after each call for as long as ours spent outside physics per step
+             (busy-waiting): how much of our gap the pause alone costs on this machine
   gymnasium  the task's single-world gymnasium.Env (`single_world_envs.py`: one MjData, mj_step, the
              same observations, reward terms, terminations and resets in numpy, tested equal to
              ours), run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
@@ -49,21 +51,38 @@ class OursLoop:
         self.actions = actions
         self.physics_steps = n * self.env.cfg.decimation  # per policy step
         self.i = 0
+        self.physics_s = 0.0  # seconds inside backend.step
+        self.pause_s = 0.0  # seconds per step outside physics in the last chunk
+        step = self.env.backend.step
+
+        def timed_step(n_substeps: int) -> None:
+            t = time.perf_counter()
+            step(n_substeps)
+            self.physics_s += time.perf_counter() - t
+
+        self.env.backend.step = timed_step
 
     def run(self, k: int) -> float:
         """Seconds for k policy steps."""
+        self.physics_s = 0.0
         t = time.perf_counter()
         for _ in range(k):
             self.env.step(self.actions[self.i % len(self.actions)])
             self.i += 1
-        return time.perf_counter() - t
+        seconds = time.perf_counter() - t
+        self.pause_s = (seconds - self.physics_s) / k
+        return seconds
 
     def close(self) -> None:
         self.env.close()
 
 
 class RawLoop:
-    """Raw mujoco.rollout on a persistent pool, same model, N, initial state, ctrl and decimation."""
+    """Raw mujoco.rollout on a persistent pool, same model, N, initial state, ctrl and decimation.
+
+    With `pause_s` > 0 it busy-waits that long after every call, as our env does its task work:
+    the ceiling of any env that spends that long between physics calls on this machine.
+    """
 
     def __init__(self, task: str, n: int, actions: torch.Tensor):
         env = make_env(task, 1)  # only to get the same model, initial state, ctrl mapping and decimation
@@ -82,6 +101,7 @@ class RawLoop:
         self.models = [self.model] * n
         self.physics_steps = n * dec
         self.i = 0
+        self.pause_s = 0.0
         env.close()
 
     def run(self, k: int) -> float:
@@ -93,6 +113,10 @@ class RawLoop:
             )
             self.state[:] = self.out_state[:, -1]
             self.i += 1
+            if self.pause_s:
+                end = time.perf_counter() + self.pause_s
+                while time.perf_counter() < end:
+                    pass
         return time.perf_counter() - t
 
     def close(self) -> None:
@@ -142,16 +166,21 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
     probe.close()
     gen = torch.Generator().manual_seed(0)
     actions = 0.3 * torch.randn(16, n, a_dim, generator=gen)  # (16, N, A) cycled
-    loops = {"ours": OursLoop(task, n, actions), "raw": RawLoop(task, n, actions)}
+    loops = {"ours": OursLoop(task, n, actions), "raw": RawLoop(task, n, actions), "paused": RawLoop(task, n, actions)}
     for kind in ("single", "sync", "async"):
         loops[kind] = GymLoop(task, kind, actions[:, :8].numpy())
-    chunk = {name: steps if name in ("ours", "raw") else max(1, gym_steps // loop.num) for name, loop in loops.items()}
+    batched = ("ours", "raw", "paused")
+    chunk = {name: steps if name in batched else max(1, gym_steps // loop.num) for name, loop in loops.items()}
     rates: dict[str, list[float]] = {name: [] for name in loops}
-    ours_state, raw_state = loops["ours"].env.backend.state.numpy(), loops["raw"].state
+    rates["pause_ms"] = []
+    ours = loops["ours"]
     for _ in range(rounds):
         for name, loop in loops.items():
-            if name == "raw":  # step our worlds as they are (fresh or settled): the same physics work
-                raw_state[:] = ours_state
+            if name in ("raw", "paused"):  # step our worlds as they are (fresh or settled): the same physics
+                loop.state[:] = ours.env.backend.state.numpy()
+            if name == "paused":
+                loop.pause_s = ours.pause_s
+                rates["pause_ms"].append(ours.pause_s * 1e3)
             loop.run(max(1, chunk[name] // 5))  # untimed: the loop before it has cooled this one's caches
             rates[name].append(loop.physics_steps * chunk[name] / loop.run(chunk[name]))
     for loop in loops.values():
@@ -187,6 +216,10 @@ def main() -> None:
         print(f"\n{task}: physics steps/s (median)            ours / this (median of per-round ratios)")
         print(f"  ours (TaskEnv, {args.num_envs} worlds)     {med['ours']:>12,.0f}")
         print(f"  raw mujoco.rollout                 {med['raw']:>12,.0f}   {vs_raw:.2f}")
+        vs_paused = median_ratio(rates["ours"], [rates["paused"]])
+        ceiling = median_ratio(rates["paused"], [rates["raw"]])
+        print(f"  raw, pausing {med['pause_ms']:.2f} ms per call      {med['paused']:>12,.0f}   {vs_paused:.2f}"
+              f"   (ours' time outside physics; this / raw = {ceiling:.2f})")
         for name in ("single", "sync", "async"):
             ratio = median_ratio(rates["ours"], [rates[name]])
             print(f"  gymnasium {name:<6}                   {med[name]:>12,.0f}   {ratio:.2f}")

@@ -3,13 +3,13 @@
 For each task, in one run and on the same model, N and decimation:
   ours       TaskEnv.step (actions -> ctrl, threaded physics, observations, rewards, auto-reset)
   raw        mujoco.rollout on a persistent thread pool, chaining the final state (no task logic);
-             each of its chunks starts from our env's current worlds, so both do the same physics.
-             Also run pausing after each call for as long as ours spent outside physics per step
-             (busy-waiting): how much of our gap the pause alone costs on this machine
+             each of its chunks starts from our env's current worlds, so both do the same physics
+  paused     raw again, busy-waiting after each call for as long as ours spent outside physics per
+             step: what a pause of that length alone costs on this machine (no target)
   gymnasium  the task's single-world gymnasium.Env (`single_world_envs.py`: one MjData, mj_step, the
              same observations, reward terms, terminations and resets in numpy, tested equal to
              ours), run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
-Physics steps/s = worlds x policy steps x decimation / seconds. All five loops stay alive and take
+Physics steps/s = worlds x policy steps x decimation / seconds. All six loops stay alive and take
 turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
 again), so every comparison is made within the same spell of a shared machine. Rates are medians
 over rounds; each ratio is the median of the per-round ratios (vs gymnasium: against the fastest

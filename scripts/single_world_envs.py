@@ -208,7 +208,8 @@ class QuadrupedWalkSingle(_SingleWorldEnv):
         air_at_touchdown = self.air_time * first_contact
         self.air_time += dt
         self.air_time[contact] = 0.0
-        ex, ey = cmd[0] - v[0], cmd[1] - v[1]
+        ex, ey, ez = cmd[0] - v[0], cmd[1] - v[1], cmd[2] - w[2]  # the command acted on, before resampling
+        moving = math.hypot(cmd[0], cmd[1]) > 0.1
         self.lin_vel_error_sum += math.hypot(ex, ey)
         self.command_time -= dt
         if self.command_time <= 0:
@@ -217,12 +218,11 @@ class QuadrupedWalkSingle(_SingleWorldEnv):
         torque = (s.kp * (q_target - q) - s.kd * dq).clip(-s.torque_limit, s.torque_limit)
         dv = dq - self.prev_dq
         rate = self.action - self.prev_action
-        moving = math.hypot(cmd[0], cmd[1]) > 0.1
         inv_sigma2 = 1.0 / c.tracking_sigma**2
         air = float(((air_at_touchdown - c.feet_air_time_threshold) * first_contact).sum()) if moving else 0.0
         reward = self._reward([
             math.exp(-(ex * ex + ey * ey) * inv_sigma2),  # track_lin_vel_xy
-            math.exp(-((cmd[2] - w[2]) ** 2) * inv_sigma2),  # track_ang_vel_z
+            math.exp(-ez * ez * inv_sigma2),  # track_ang_vel_z
             v[2] * v[2],  # lin_vel_z
             w[0] * w[0] + w[1] * w[1],  # ang_vel_xy
             g[0] * g[0] + g[1] * g[1],  # flat_orientation

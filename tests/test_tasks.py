@@ -81,6 +81,22 @@ def test_quadruped_stands_with_zero_actions():
     assert (env.base_pos[:, 2] > 0.2).all()
 
 
+def test_tracking_rewards_judge_the_command_acted_on():
+    """On a step where commands are resampled, the tracking terms use the command the policy acted on."""
+    env = make_env("quadruped-walk-flat", 8, seed=0)
+    env.reset(random_start=False)
+    env.step(torch.zeros(8, env.action_dim))
+    old = env.command.clone()  # (N, 3)
+    env.command_time.fill_(0.5 * env.dt)  # every world resamples during the next step
+    env.step(torch.zeros(8, env.action_dim))
+    assert not torch.allclose(env.command, old)
+    sigma2 = env.cfg.tracking_sigma**2
+    terms = env._reward_terms()
+    lin_err = (old[:, :2] - env.lin_vel_b[:, :2]).square().sum(-1)
+    torch.testing.assert_close(terms["track_lin_vel_xy"], torch.exp(-lin_err / sigma2))
+    torch.testing.assert_close(terms["track_ang_vel_z"], torch.exp(-(old[:, 2] - env.ang_vel_b[:, 2]) ** 2 / sigma2))
+
+
 def test_random_starts_lie_on_the_grid_and_stay_spread():
     """Training time-outs (arm-reach never fails) come in blocks, one per grid interval, all phases used."""
     env = make_env("arm-reach", 64, seed=0)

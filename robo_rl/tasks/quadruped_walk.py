@@ -153,7 +153,10 @@ class QuadrupedWalkEnv(TaskEnv):
         self._first_contact = (self.air_time > 0) & contact
         self._air_time_at_touchdown = self.air_time * self._first_contact
         self.air_time = torch.where(contact, 0.0, self.air_time + self.dt)
+        # Tracking terms judge the command the policy acted on: computed before any resampling below.
         self._lin_vel_error = rew.lin_vel_xy_error(self.lin_vel_b, self.command)  # (N, 2)
+        self._ang_vel_error = rew.ang_vel_z_error(self.ang_vel_b, self.command)  # (N,)
+        self._moving = torch.linalg.vector_norm(self.command[:, :2], dim=-1) > 0.1  # (N,) bool
         self.lin_vel_error_sum += torch.linalg.vector_norm(self._lin_vel_error, dim=-1)
         self.command_time -= self.dt
         resample = (self.command_time <= 0).nonzero().squeeze(-1)
@@ -176,11 +179,10 @@ class QuadrupedWalkEnv(TaskEnv):
         dq, q = self.dq, self.q
         q_target = self.backend.ctrl[:, self.act_idx].to(torch.float32)
         torque = rew.pd_torque(q_target, q, dq, kp=self.kp, kd=self.kd, limit=self.torque_limit)
-        moving = torch.linalg.vector_norm(self.command[:, :2], dim=-1) > 0.1
         sigma = self.cfg.tracking_sigma
         return {
             "track_lin_vel_xy": rew.reward_track_lin_vel_xy_exp(self._lin_vel_error, sigma=sigma),
-            "track_ang_vel_z": rew.reward_track_ang_vel_z_exp(ang_vel_b, self.command, sigma=sigma),
+            "track_ang_vel_z": rew.reward_track_ang_vel_z_exp(self._ang_vel_error, sigma=sigma),
             "lin_vel_z": rew.cost_lin_vel_z_l2(lin_vel_b),
             "ang_vel_xy": rew.cost_ang_vel_xy_l2(ang_vel_b),
             "flat_orientation": rew.cost_flat_orientation_l2(self.gravity_b),
@@ -188,7 +190,10 @@ class QuadrupedWalkEnv(TaskEnv):
             "joint_acc": rew.cost_joint_acc_l2(dq, self.prev_joint_vel, dt=self.dt),
             "action_rate": rew.cost_action_rate_l2(self.action, self.prev_action),
             "feet_air_time": rew.reward_feet_air_time(
-                self._air_time_at_touchdown, self._first_contact, moving, threshold=self.cfg.feet_air_time_threshold
+                self._air_time_at_touchdown,
+                self._first_contact,
+                self._moving,
+                threshold=self.cfg.feet_air_time_threshold,
             ),
         }
 

@@ -20,9 +20,14 @@ def reward_track_lin_vel_xy_exp(error_xy: Tensor, *, sigma: float) -> Tensor:
     return torch.exp(torch.linalg.vecdot(error_xy, error_xy).mul_(-1.0 / sigma**2))
 
 
-def reward_track_ang_vel_z_exp(ang_vel_b: Tensor, command: Tensor, *, sigma: float) -> Tensor:
-    """exp(-(w_z - cmd_yaw_rate)^2 / sigma^2)."""
-    return torch.exp((command[:, 2] - ang_vel_b[:, 2]).square_().mul_(-1.0 / sigma**2))
+def ang_vel_z_error(ang_vel_b: Tensor, command: Tensor) -> Tensor:
+    """Yaw-rate tracking error cmd_yaw_rate - w_z (N,), angular velocity in the base frame."""
+    return command[:, 2] - ang_vel_b[:, 2]
+
+
+def reward_track_ang_vel_z_exp(error_z: Tensor, *, sigma: float) -> Tensor:
+    """exp(-(cmd_yaw_rate - w_z)^2 / sigma^2) of the yaw-rate error (N,) from `ang_vel_z_error`."""
+    return torch.exp(error_z.square().mul_(-1.0 / sigma**2))
 
 
 def cost_lin_vel_z_l2(lin_vel_b: Tensor) -> Tensor:

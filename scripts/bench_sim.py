@@ -11,9 +11,10 @@ For each task, in one run and on the same model, N and decimation:
              ours), run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
 Physics steps/s = worlds x policy steps x decimation / seconds. All six loops stay alive and take
 turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
-again), so every comparison is made within the same spell of a shared machine. Rates are medians
-over rounds; each ratio is the median of the per-round ratios (vs gymnasium: against the fastest
-of its three variants in that round).
+again; every other round in reverse order), so every comparison is made within the same spell of a
+shared machine. Rates are medians over rounds; each ratio is the median of the per-round ratios
+(vs gymnasium: against the fastest of its three variants in that round). A single chunk can be off
+by 10-30 % on this shared machine, so the default runs 40 rounds (~1 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test
@@ -174,8 +175,12 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
     rates: dict[str, list[float]] = {name: [] for name in loops}
     rates["pause_ms"] = []
     ours = loops["ours"]
-    for _ in range(rounds):
-        for name, loop in loops.items():
+    names = list(loops)
+    for r in range(rounds):
+        # Every other round runs the loops in reverse order: a steady drift of the machine's speed
+        # within a round then favours no loop (each ratio's two sides swap places).
+        for name in names if r % 2 == 0 else names[::-1]:
+            loop = loops[name]
             if name in ("raw", "paused"):  # step our worlds as they are (fresh or settled): the same physics
                 loop.state[:] = ours.env.backend.state.numpy()
             if name == "paused":
@@ -198,7 +203,7 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", default=["quadruped-walk-flat", "arm-reach"])
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
-    p.add_argument("--rounds", type=int, default=15, help="rounds; each loop runs one timed chunk per round")
+    p.add_argument("--rounds", type=int, default=40, help="rounds; each loop runs one timed chunk per round")
     p.add_argument("--gym-steps", type=int, default=1000, help="single-world env steps per gymnasium chunk")
     p.add_argument("--quick", action="store_true", help="N=256, fewer chunks, for a smoke test")
     args = p.parse_args()
@@ -215,7 +220,9 @@ def main() -> None:
         vs_raw, vs_gym = median_ratio(rates["ours"], [rates["raw"]]), median_ratio(rates["ours"], gyms)
         print(f"\n{task}: physics steps/s (median)            ours / this (median of per-round ratios)")
         print(f"  ours (TaskEnv, {args.num_envs} worlds)     {med['ours']:>12,.0f}")
-        print(f"  raw mujoco.rollout                 {med['raw']:>12,.0f}   {vs_raw:.2f}")
+        q1, _, q3 = statistics.quantiles([o / r for o, r in zip(rates["ours"], rates["raw"], strict=True)], n=4)
+        print(f"  raw mujoco.rollout                 {med['raw']:>12,.0f}   {vs_raw:.2f}"
+              f"   (per-round ratios: middle half {q1:.2f}-{q3:.2f})")
         vs_paused = median_ratio(rates["ours"], [rates["paused"]])
         ceiling = median_ratio(rates["paused"], [rates["raw"]])
         print(f"  raw, pausing {med['pause_ms']:.2f} ms per call      {med['paused']:>12,.0f}   {vs_paused:.2f}"

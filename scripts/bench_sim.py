@@ -14,7 +14,7 @@ turns in short timed chunks (one chunk each per round, after a few untimed steps
 again; every other round in reverse order), so every comparison is made within the same spell of a
 shared machine. Rates are medians over rounds; each ratio is the median of the per-round ratios
 (vs gymnasium: against the fastest of its three variants in that round). A single chunk can be off
-by 10-30 % on this shared machine, so the default runs 40 rounds (~1 min per task).
+by 10-30 % on this shared machine, so the default runs 40 rounds (1-2 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test

@@ -11,10 +11,10 @@ For each task, in one run and on the same model, N and decimation:
              ours), run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
 Physics steps/s = worlds x policy steps x decimation / seconds. All six loops stay alive and take
 turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
-again; every other round in reverse order), so every comparison is made within the same spell of a
-shared machine. Rates are medians over rounds; each ratio is the median of the per-round ratios
-(vs gymnasium: against the fastest of its three variants in that round). A single chunk can be off
-by 10-30 % on this shared machine, so the default runs 40 rounds (1-2 min per task).
+again), so every comparison is made within the same spell of a shared machine. Rates are medians
+over rounds; each ratio is the median of the per-round ratios (vs gymnasium: against the fastest
+of its three variants in that round). A single chunk can be off by 10-30 % on this shared machine,
+so the default runs 40 rounds (1-2 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test
@@ -175,12 +175,8 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
     rates: dict[str, list[float]] = {name: [] for name in loops}
     rates["pause_ms"] = []
     ours = loops["ours"]
-    names = list(loops)
-    for r in range(rounds):
-        # Every other round runs the loops in reverse order: a steady drift of the machine's speed
-        # within a round then favours no loop (each ratio's two sides swap places).
-        for name in names if r % 2 == 0 else names[::-1]:
-            loop = loops[name]
+    for _ in range(rounds):
+        for name, loop in loops.items():
             if name in ("raw", "paused"):  # step our worlds as they are (fresh or settled): the same physics
                 loop.state[:] = ours.env.backend.state.numpy()
             if name == "paused":

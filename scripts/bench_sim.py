@@ -49,7 +49,7 @@ class OursLoop:
     def __init__(self, task: str, n: int, actions: torch.Tensor):
         self.env = make_env(task, n)
         self.env.reset()
-        self.actions = actions
+        self.actions = list(actions)  # (N, A) each: fetching one is free, as for raw's list of ctrls
         self.physics_steps = n * self.env.cfg.decimation  # per policy step
         self.i = 0
         self.physics_s = 0.0  # seconds inside backend.step

@@ -1,15 +1,9 @@
 """robo_rl: a robotics RL stack for simulation and real hardware.
 
-Importing the package is cheap: it pulls in neither torch nor mujoco, so the robot side can use
-`robo_rl.deploy` with only numpy and onnxruntime installed.
+Importing the package is cheap and has no side effects: it pulls in neither torch nor mujoco and
+leaves the process environment alone, so the robot side (a ROS 2 node, a deploy process) can use
+`robo_rl.deploy` with only numpy and onnxruntime installed. Process-wide defaults that training
+needs are set by the training entry points (`robo_rl.sim.set_training_process_defaults`).
 """
-
-import os
-
-# torch's OpenMP workers spin-wait after each parallel op and then steal the cores that MuJoCo's
-# physics threads need (measured: env/raw rollout 0.81 -> 0.90 on 2 cores). Sleeping workers cost
-# nothing measurable in the PPO update. Takes effect only if torch is imported after robo_rl;
-# an explicit OMP_WAIT_POLICY in the environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"

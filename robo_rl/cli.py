@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from robo_rl.assets import find_data_file
 from robo_rl.config import ConfigError, load_yaml, resolve_train_config
-
-SIM_CONFIGS = Path(__file__).resolve().parents[1] / "sim_configs"
 
 
 class UserError(Exception):
@@ -98,8 +97,8 @@ def _train_config(args: argparse.Namespace) -> tuple[Any, Path, bool]:
 
     if args.config:
         raw = load_yaml(args.config)
-    elif args.task and (SIM_CONFIGS / f"{args.task}.yaml").is_file():
-        raw = load_yaml(SIM_CONFIGS / f"{args.task}.yaml")
+    elif args.task and (preset := find_data_file("sim_configs", f"{args.task}.yaml")) is not None:
+        raw = load_yaml(preset)
     else:
         raw = {}
     if args.task:
@@ -261,6 +260,10 @@ COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy"
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in ("train", "play", "export"):
+        from robo_rl.sim import set_training_process_defaults
+
+        set_training_process_defaults()  # before anything imports torch
     try:
         return COMMANDS[args.command](args)
     except (ConfigError, UserError) as exc:

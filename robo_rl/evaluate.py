@@ -1,37 +1,77 @@
-"""Evaluate a trained policy: one full episode per world, deterministic actions."""
+"""Roll a policy out in a task env, and evaluate a trained policy: one full episode per world.
+
+`rollout` is the one policy-rollout loop; evaluation, videos and export's parity data all use it.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import Tensor
 
-from robo_rl.checkpoint import load_checkpoint, resolve_checkpoint
-from robo_rl.runner import build_env, build_policy, config_from_checkpoint
+from robo_rl.builders import build_env, load_policy, load_trained
+
+
+@dataclass(frozen=True)
+class RolloutStep:
+    """One policy step: what the policy saw, what it did and what the env returned."""
+
+    obs: dict[str, Tensor]
+    """Observation groups the action was computed from ("policy" (N, O), ...)."""
+    actions: Tensor
+    """(N, A) the policy's actions."""
+    next_obs: dict[str, Tensor]
+    """Observations after the step (ended worlds already reset)."""
+    reward: Tensor
+    """(N,)"""
+    terminated: Tensor
+    """(N,) bool"""
+    truncated: Tensor
+    """(N,) bool"""
+    info: dict[str, Any]
 
 
 @torch.no_grad()
-def run_episodes(env, policy, *, video_frames: list | None = None) -> dict[str, Any]:
-    """Run each world of `env` for exactly one episode; returns mean return and mean task metrics."""
+def rollout(env, policy: Callable[[Tensor], Tensor], *, random_start: bool = False) -> Iterator[RolloutStep]:
+    """Reset `env`, then step it with `policy` (raw policy observations (N, O) -> actions (N, A)) forever.
+
+    The caller stops iterating when it has what it needs. `random_start` as in `TaskEnv.reset`.
+    """
+    obs = env.reset(random_start=random_start)
+    while True:
+        actions = policy(obs["policy"])
+        next_obs, reward, terminated, truncated, info = env.step(actions)
+        yield RolloutStep(obs, actions, next_obs, reward, terminated, truncated, info)
+        obs = next_obs
+
+
+def run_episodes(env, policy: Callable[[Tensor], Tensor], *, video_frames: list | None = None) -> dict[str, Any]:
+    """Run each world of `env` for exactly one episode; returns mean return and mean task metrics.
+
+    With `video_frames`, frames of world 0 during its episode are appended to it.
+    """
     n = env.num_envs
-    obs = env.reset(random_start=False)
     returns = torch.zeros(n)
     active = torch.ones(n, dtype=torch.bool)
-    metrics: dict[str, torch.Tensor] = {}
-    while active.any():
-        obs, reward, terminated, truncated, info = env.step(policy(obs["policy"]))
-        returns += reward * active
+    metrics: dict[str, Tensor] = {}
+    for step in rollout(env, policy):
+        returns += step.reward * active
         if video_frames is not None and active[0]:
             video_frames.append(env.render(0))
-        episode = info["episode"]
+        episode = step.info["episode"]
         if episode:
             first = episode["ids"][active[episode["ids"]]]  # worlds ending their first episode
             keep = active[episode["ids"]]
             for k, v in episode.items():
                 if k != "ids":
                     metrics.setdefault(k, torch.full((n,), float("nan")))[first] = v[keep].to(torch.float32)
-        active &= ~(terminated | truncated)
+        active &= ~(step.terminated | step.truncated)
+        if not active.any():
+            break
     return {
         "episodes": n,
         "mean_return": returns.mean().item(),
@@ -40,15 +80,12 @@ def run_episodes(env, policy, *, video_frames: list | None = None) -> dict[str, 
 
 
 def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None) -> dict[str, Any]:
-    state = load_checkpoint(resolve_checkpoint(run))
-    cfg = config_from_checkpoint(state)
+    """Evaluate the latest checkpoint of a run (or a checkpoint file) on `episodes` fresh episodes."""
+    _, state, cfg = load_trained(run)
     env = build_env(cfg, num_envs=episodes, seed=seed)
-    policy = build_policy(cfg, env)
-    policy.load_state_dict(state["algo"]["policy"])
-    policy.eval()
     frames: list | None = [] if video else None
     try:
-        result = run_episodes(env, policy.act_inference, video_frames=frames)
+        result = run_episodes(env, load_policy(state, cfg, env).act_inference, video_frames=frames)
     finally:
         env.close()
     if video:

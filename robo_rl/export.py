@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from robo_rl.checkpoint import atomic_write, load_checkpoint, resolve_checkpoint
+from robo_rl.builders import build_env, load_policy, load_trained
+from robo_rl.checkpoint import atomic_write
 from robo_rl.contract import DeployContract
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES
 from robo_rl.networks.actor_critic import ActorCritic
@@ -90,15 +92,12 @@ def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
     return max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want, strict=True))
 
 
-@torch.no_grad()
 def record_observations(env: Any, policy: ActorCritic, steps: int) -> Tensor:
     """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
-    obs = env.reset()
-    out = [obs["policy"]]
-    for _ in range(steps - 1):
-        obs, *_ = env.step(policy.act_inference(obs["policy"]))
-        out.append(obs["policy"])
-    return torch.cat(out)
+    from robo_rl.evaluate import rollout
+
+    visited = itertools.islice(rollout(env, policy.act_inference, random_start=True), steps)
+    return torch.cat([step.obs["policy"] for step in visited])
 
 
 def export_policy(
@@ -117,19 +116,14 @@ def export_policy(
     check; in both cases no file is left at `out` or beside it.
     """
     from robo_rl.evaluate import run_episodes
-    from robo_rl.runner import build_env, build_policy, config_from_checkpoint
 
     out = Path(out)
     if out.suffix != ".onnx":
         raise ValueError(f"output {str(out)!r} must end in .onnx")
-    ckpt_path = resolve_checkpoint(run_or_checkpoint)
-    state = load_checkpoint(ckpt_path)
-    cfg = config_from_checkpoint(state)
+    ckpt_path, state, cfg = load_trained(run_or_checkpoint)
     env = build_env(cfg, num_envs=parity_envs, seed=cfg.seed + 777)
     try:
-        policy = build_policy(cfg, env)
-        policy.load_state_dict(state["algo"]["policy"])
-        policy.eval()
+        policy = load_policy(state, cfg, env)
         obs = record_observations(env, policy, parity_steps)  # (B, O)
         # one deterministic episode per world: the task metric in training, recorded in the contract
         evaluation = run_episodes(env, policy.act_inference) if evaluate else None

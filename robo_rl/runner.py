@@ -11,28 +11,12 @@ import torch
 import yaml
 
 from robo_rl.algos.ppo import PPO
+from robo_rl.builders import build_env, build_policy
 from robo_rl.checkpoint import checkpoint_name, latest_checkpoint, load_checkpoint, save_checkpoint
 from robo_rl.config import TrainConfig
 from robo_rl.logger import TrainLogger
-from robo_rl.networks.actor_critic import ActorCritic
-from robo_rl.tasks import task_entry
-from robo_rl.tasks.base import TaskEnv
 
 CONFIG_FILE = "config.yaml"
-
-
-def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = None) -> TaskEnv:
-    env_cls, _ = task_entry(cfg.task)
-    return env_cls(
-        cfg.env,
-        num_envs or cfg.sim.num_envs,
-        seed=cfg.seed if seed is None else seed,
-        num_threads=cfg.sim.num_threads,
-    )
-
-
-def build_policy(cfg: TrainConfig, env: TaskEnv) -> ActorCritic:
-    return ActorCritic(env.obs_dims["policy"], env.obs_dims["critic"], env.action_dim, cfg.policy)
 
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
@@ -133,7 +117,7 @@ class OnPolicyRunner:
             if logger is not None and (
                 (cfg.video_interval and self.iteration % cfg.video_interval == 0) or (final and cfg.video_at_end)
             ):
-                logger.video(self.iteration, self.record_video())
+                logger.video(self.iteration, *self.record_video())
             if out_of_time:
                 break
         return last
@@ -145,8 +129,12 @@ class OnPolicyRunner:
             self.recent_returns.extend(self.episode_return[ended].tolist())
             self.episode_return[ended] = 0.0
 
-    def record_video(self) -> Path:
-        """Evaluation episodes of the deterministic policy in a separate single-world env."""
+    def record_video(self) -> tuple[Path, list, float]:
+        """Evaluation episodes of the deterministic policy in a separate single-world env.
+
+        Returns:
+            (path of the MP4 written, its frames (H, W, 3) uint8, frames per second).
+        """
         from robo_rl.video import record_episodes, write_mp4
 
         env = build_env(self.cfg, num_envs=1, seed=self.cfg.seed + 12345)
@@ -156,7 +144,7 @@ class OnPolicyRunner:
             env.close()
         path = self.run_dir / "videos" / f"eval_{self.iteration:06d}.mp4"
         write_mp4(path, frames, fps=1.0 / env.dt)
-        return path
+        return path, frames, 1.0 / env.dt
 
     def evaluate(self, episodes: int) -> dict[str, Any]:
         """Mean return and task metrics of the deterministic policy, one episode per world of a fresh env."""
@@ -170,13 +158,4 @@ class OnPolicyRunner:
 
     def close(self) -> None:
         self.env.close()
-
-
-def config_from_checkpoint(state: dict[str, Any]) -> TrainConfig:
-    """Rebuild the TrainConfig stored in a checkpoint."""
-    from robo_rl.config import resolve_train_config
-    from robo_rl.tasks import task_config_class
-
-    raw = dict(state["config"])
-    return resolve_train_config(raw, env_config_cls=task_config_class)
 

@@ -28,17 +28,19 @@ import statistics
 import time
 
 # isort: off
-import robo_rl  # noqa: F401  (first: its OpenMP setting must precede the torch import, as in the CLI)
+from robo_rl.sim import set_training_process_defaults
+
+set_training_process_defaults()  # before torch is imported, as the CLI does
 
 # isort: on
-import gymnasium as gym
-import mujoco
-import mujoco.rollout
-import numpy as np
-import torch
-from single_world_envs import make_single, task_spec  # scripts/, next to this file
+import gymnasium as gym  # noqa: E402
+import mujoco  # noqa: E402
+import mujoco.rollout  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from single_world_envs import make_single, task_spec  # noqa: E402  (scripts/, next to this file)
 
-from robo_rl.tasks import make_env
+from robo_rl.tasks import make_env  # noqa: E402
 
 CORES = os.cpu_count() or 1
 

@@ -18,8 +18,8 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
+from robo_rl.assets import find_asset
 from robo_rl.tasks import make_env
-from robo_rl.tasks.base import resolve_asset
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def task_spec(task: str) -> TaskSpec:
     spec = TaskSpec(
         task=task,
         cfg=cfg,
-        model_path=str(resolve_asset(cfg.model)),
+        model_path=str(find_asset(cfg.model)),
         keyframe=env.keyframe,
         dt=env.dt,
         max_episode_length=env.max_episode_length,

@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
+from robo_rl.assets import find_asset
 from robo_rl.sim.mujoco_cpu import MujocoCpuBackend
-from robo_rl.tasks.base import resolve_asset
 
-PANDA = resolve_asset("envs/panda.xml")
+PANDA = find_asset("envs/panda.xml")
 
 
 def test_state_views_share_memory_and_step_moves_worlds():
@@ -71,7 +71,7 @@ def test_inline_and_pooled_reset_compute_the_same_sensors(monkeypatch):
 
     def sensors_after_reset(inline_max):
         monkeypatch.setattr(mujoco_cpu, "_INLINE_FORWARD_MAX", inline_max)
-        b = MujocoCpuBackend(resolve_asset("envs/go2.xml"), 6, keyframe="home")
+        b = MujocoCpuBackend(find_asset("envs/go2.xml"), 6, keyframe="home")
         b.ctrl[:, 1] += 0.3
         b.step(15)
         ids = torch.tensor([1, 4])

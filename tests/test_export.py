@@ -45,14 +45,11 @@ def test_export_embeds_contract_and_matches_torch(exported):
     assert contract.obs_normalization and contract.extra["task"] == task
     assert "train_eval" in contract.extra
 
-    from robo_rl.checkpoint import latest_checkpoint, load_checkpoint
-    from robo_rl.runner import build_env, build_policy, config_from_checkpoint
+    from robo_rl.builders import build_env, load_policy, load_trained
 
-    state = load_checkpoint(latest_checkpoint(run_dir))
-    cfg = config_from_checkpoint(state)
+    _, state, cfg = load_trained(run_dir)
     env = build_env(cfg, num_envs=4)
-    torch_policy = build_policy(cfg, env)
-    torch_policy.load_state_dict(state["algo"]["policy"])
+    torch_policy = load_policy(state, cfg, env)
     obs = env.reset()["policy"]  # (4, O)
     env.close()
     actions, targets = policy(obs.numpy())  # batched, dynamic batch size

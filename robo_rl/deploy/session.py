@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.assets import find_asset
 from robo_rl.deploy.controller import Controller
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
@@ -22,7 +23,6 @@ from robo_rl.deploy.robot import RobotInterface
 from robo_rl.deploy.state_machine import Mode
 
 TRANSPORTS = ("sim",)
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -43,8 +43,7 @@ def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime:
     sim = hw.transport.get("sim") or {}
     if "model" not in sim:
         raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
-    model = Path(sim["model"])
-    model = model if model.is_absolute() else REPO_ROOT / model
+    model = find_asset(sim["model"], what=f"sim twin model of {hw.robot!r}")
     return SimRobot(model, hw, control_dt=control_dt, keyframe=sim.get("keyframe"), latency_s=latency_s,
                     noise_std=noise_std, realtime=realtime, seed=seed)
 
@@ -60,8 +59,8 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     With `realtime=False` (sim transport only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
     """
-    hw = load_hardware(hardware_path)
-    onnx_policy = OnnxPolicy(policy_path)
+    hw = load_hardware(find_asset(hardware_path, what="hardware file"))
+    onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
     contract = onnx_policy.contract
     neutral = default_commands(contract.extra, [t.name for t in contract.observation])
     policy = PolicyStep(onnx_policy, hw, {**neutral, **(commands or {})})  # validates the contract against hw

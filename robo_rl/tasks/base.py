@@ -11,25 +11,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from robo_rl.assets import find_asset
 from robo_rl.config import ConfigError
 from robo_rl.contract import ActionSpec, DeployContract, ObsTerm
 from robo_rl.sim.mujoco_cpu import MujocoCpuBackend
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def resolve_asset(path: str) -> Path:
-    """An MJCF path as given, or relative to the repository root (where `envs/` lives)."""
-    p = Path(path)
-    if p.is_file() or p.is_absolute():
-        return p
-    return REPO_ROOT / p
 
 
 class TaskEnv:
@@ -58,7 +48,7 @@ class TaskEnv:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
         self.backend = MujocoCpuBackend(
-            resolve_asset(cfg.model), num_envs, num_threads=num_threads, keyframe=self.keyframe
+            find_asset(cfg.model, what="MJCF file"), num_envs, num_threads=num_threads, keyframe=self.keyframe
         )
         self.backend.model.opt.timestep = cfg.physics_dt
         self.dt = cfg.physics_dt * cfg.decimation

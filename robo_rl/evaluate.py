@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from robo_rl.checkpoint import load_checkpoint, resolve_checkpoint
+from robo_rl.checkpoint import check_output_file, load_run_checkpoint, resolve_checkpoint
+from robo_rl.config import ConfigError
 from robo_rl.runner import build_env, build_policy, config_from_checkpoint
 
 
@@ -40,7 +41,16 @@ def run_episodes(env, policy, *, video_frames: list | None = None) -> dict[str, 
 
 
 def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None) -> dict[str, Any]:
-    state = load_checkpoint(resolve_checkpoint(run))
+    """Mean return and task metrics of a checkpoint's deterministic policy, one episode per world.
+
+    Every input is checked before the evaluation runs (ConfigError, one line): the checkpoint, and
+    that `video` (optional .mp4 path for the first episode) can be written.
+    """
+    if video is not None:
+        if Path(video).suffix.lower() != ".mp4":
+            raise ConfigError(f"--video {video!r}: the file name must end in .mp4")
+        check_output_file(video, "--video")
+    state = load_run_checkpoint(resolve_checkpoint(run))
     cfg = config_from_checkpoint(state)
     env = build_env(cfg, num_envs=episodes, seed=seed)
     policy = build_policy(cfg, env)

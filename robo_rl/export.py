@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from robo_rl.checkpoint import atomic_write, load_checkpoint, resolve_checkpoint
+from robo_rl.checkpoint import atomic_write, check_output_file, load_run_checkpoint, resolve_checkpoint
 from robo_rl.contract import DeployContract
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES
 from robo_rl.networks.actor_critic import ActorCritic
@@ -122,8 +122,10 @@ def export_policy(
     out = Path(out)
     if out.suffix != ".onnx":
         raise ValueError(f"output {str(out)!r} must end in .onnx")
+    check_output_file(out, "--out")
+    check_output_file(out.with_suffix(".json"), "--out (its contract .json)")
     ckpt_path = resolve_checkpoint(run_or_checkpoint)
-    state = load_checkpoint(ckpt_path)
+    state = load_run_checkpoint(ckpt_path)
     cfg = config_from_checkpoint(state)
     env = build_env(cfg, num_envs=parity_envs, seed=cfg.seed + 777)
     try:

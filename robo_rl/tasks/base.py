@@ -19,7 +19,7 @@ from torch import Tensor
 
 from robo_rl.config import ConfigError
 from robo_rl.contract import ActionSpec, DeployContract, ObsTerm
-from robo_rl.sim.mujoco_cpu import MujocoCpuBackend
+from robo_rl.sim.mujoco_cpu import MujocoCpuBackend, load_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,23 @@ def resolve_asset(path: str) -> Path:
     if p.is_file() or p.is_absolute():
         return p
     return REPO_ROOT / p
+
+
+def check_model_file(model: str, path: str = "env.model") -> None:
+    """ConfigError unless `model` names an existing MJCF file (as given or under the repository root)."""
+    resolved = resolve_asset(model)
+    if not model.strip() or not resolved.is_file():
+        what = "is not a file" if resolved.exists() else "does not exist"
+        raise ConfigError(f"config error: {path} = {model!r}: MJCF file {str(resolved)!r} {what}")
+
+
+def _load_mjcf(model: str) -> Any:
+    """The MjModel of a task's MJCF; ConfigError (one line) when MuJoCo cannot compile it."""
+    try:
+        return load_model(resolve_asset(model))
+    except ValueError as exc:  # mujoco reports XML and compile errors as ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"config error: env.model = {model!r}: MuJoCo cannot load it: {first}") from None
 
 
 class TaskEnv:
@@ -58,7 +75,7 @@ class TaskEnv:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
         self.backend = MujocoCpuBackend(
-            resolve_asset(cfg.model), num_envs, num_threads=num_threads, keyframe=self.keyframe
+            _load_mjcf(cfg.model), num_envs, num_threads=num_threads, keyframe=self.keyframe
         )
         self.backend.model.opt.timestep = cfg.physics_dt
         self.dt = cfg.physics_dt * cfg.decimation
@@ -372,7 +389,7 @@ def as_slice(index: Tensor) -> slice | Tensor:
 
 
 def check_reward_names(rewards: dict[str, float], allowed: tuple[str, ...], path: str = "env.rewards") -> None:
-    """ValueError naming an unknown reward term."""
+    """ConfigError naming an unknown reward term or a non-finite scale."""
     for name, scale in rewards.items():
         if name not in allowed:
             raise ConfigError(f"config error: {path}.{name}: unknown reward term; terms: {', '.join(allowed)}")

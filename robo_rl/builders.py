@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from robo_rl.checkpoint import load_checkpoint, resolve_checkpoint
-from robo_rl.config import ConfigError, TrainConfig, resolve_train_config
+from robo_rl.checkpoint import load_run_checkpoint, resolve_checkpoint
+from robo_rl.config import TrainConfig, resolve_train_config
 from robo_rl.networks.actor_critic import ActorCritic
 from robo_rl.tasks import task_config_class, task_entry
 from robo_rl.tasks.base import TaskEnv
@@ -44,9 +44,7 @@ def load_trained(run_or_checkpoint: str | Path) -> tuple[Path, dict[str, Any], T
         ConfigError: one line when the path is not a readable robo_rl checkpoint.
     """
     path = resolve_checkpoint(run_or_checkpoint)
-    state = load_checkpoint(path)
-    if not isinstance(state, dict) or not {"config", "algo"} <= set(state):
-        raise ConfigError(f"{str(path)!r} is a torch file but not a robo_rl checkpoint (no config and algo state)")
+    state = load_run_checkpoint(path)
     return path, state, config_from_checkpoint(state)
 
 

@@ -1,30 +1,45 @@
-"""The `robo-rl` command: train, play, tasks.
+"""The `robo-rl` command: train, play, export, deploy, tasks.
 
-User mistakes (unknown task, bad config key or value, missing run) print one line and exit 2,
-never a traceback.
+User mistakes (unknown task, bad config key or value, missing run, unwritable output, a run in use)
+print one line `robo-rl: ...` on stderr and never a traceback.
+
+Exit codes:
+    0: success.
+    1: training stopped because a value became non-finite (`training stopped at iteration N: ...`);
+       the run's newest checkpoint is the last good one.
+    2: a user mistake (command line, config, files); nothing was written.
+    130: interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
 from robo_rl.assets import find_data_file
-from robo_rl.config import ConfigError, load_yaml, resolve_train_config
+from robo_rl.config import ConfigError, UserError, load_yaml, resolve_train_config, resume_changes
 
+MAX_EPISODES = 1_000_000
+"""`play --episodes` runs one world per episode; the same bound as sim.num_envs."""
+MAX_SEED = 2**31 - 1
 
-class UserError(Exception):
-    """A mistake in the command line; printed as one line."""
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (`robo-rl train: argument --num-envs: ...`), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("robo-rl").strip()
+        self.exit(2, f"robo-rl: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="robo-rl", description="Robotics RL: train, evaluate and deploy robot policies.")
+    p = _Parser(prog="robo-rl", description="Robotics RL: train, evaluate and deploy robot policies.")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a policy")
@@ -66,10 +81,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # ---------------------------------------------------------------------------------------------- train
-def _train_config(args: argparse.Namespace) -> tuple[Any, Path, bool]:
-    """Resolve and validate the config before anything heavy starts; returns (cfg, run_dir, resuming)."""
-    from robo_rl.tasks import task_config_class
+class _Start(NamedTuple):
+    """A validated training start: nothing has been written yet."""
 
+    cfg: Any
+    run_dir: Path
+    resuming: bool
+    state: dict[str, Any] | None
+    """The checkpoint to resume from (None: start at iteration 0)."""
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """`--set` overrides with the dedicated flags in front (a later `--set` wins)."""
     overrides = list(args.overrides)
     for flag, key in (
         ("algo", "algo_name"),
@@ -84,17 +107,16 @@ def _train_config(args: argparse.Namespace) -> tuple[Any, Path, bool]:
             overrides.insert(0, f"{key}={value}")
     if args.video:
         overrides.insert(0, "runner.video_at_end=true")
+    return overrides
 
+
+def _train_config(args: argparse.Namespace) -> _Start:
+    """Resolve and validate everything before anything heavy starts or anything is written."""
+    from robo_rl.tasks import task_config_class
+
+    overrides = _overrides(args)
     if args.resume:
-        run_dir = _find_run_dir(args.resume)
-        raw = load_yaml(run_dir / "config.yaml")
-        if args.task and args.task != raw.get("task"):
-            raise UserError(f"--task {args.task} does not match the resumed run's task {raw.get('task')}")
-        if args.config:
-            raise UserError("--config cannot be combined with --resume (the run's own config is used)")
-        cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
-        return cfg, run_dir, True
-
+        return _resume_config(args, overrides)
     if args.config:
         raw = load_yaml(args.config)
     elif args.task and (preset := find_data_file("sim_configs", f"{args.task}.yaml")) is not None:
@@ -109,26 +131,109 @@ def _train_config(args: argparse.Namespace) -> tuple[Any, Path, bool]:
     run_dir = Path(cfg.runner.log_dir) / name
     if (run_dir / "config.yaml").exists():
         raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
-    return cfg, run_dir, False
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} is a file; choose another --run-name")
+    return _Start(cfg, run_dir, False, None)
+
+
+def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
+    """The config of a resumed run: its own config plus overrides of `RESUMABLE_FIELDS` only."""
+    from robo_rl.builders import config_from_checkpoint
+    from robo_rl.checkpoint import latest_checkpoint, load_run_checkpoint
+    from robo_rl.config import RESUMABLE_FIELDS
+    from robo_rl.tasks import task_config_class
+
+    run_dir = _find_run_dir(args.resume)
+    if args.config:
+        raise UserError("--config cannot be combined with --resume (the run's own config is used)")
+    raw = load_yaml(run_dir / "config.yaml")
+    if args.task and args.task != raw.get("task"):
+        raise UserError(f"--task {args.task} does not match the resumed run's task {raw.get('task')}")
+    cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
+    ckpt = latest_checkpoint(run_dir)
+    state = load_run_checkpoint(ckpt) if ckpt else None
+    # The checkpoint's config is what its tensors were trained under; without one, the run's config.yaml.
+    trained = config_from_checkpoint(state) if state else resolve_train_config(raw, env_config_cls=task_config_class)
+    changed = resume_changes(trained, cfg)
+    if changed:
+        allowed = ", ".join(f.removeprefix("runner.") for f in RESUMABLE_FIELDS)
+        raise UserError(f"--resume {run_dir}: cannot change {'; '.join(changed)}: a resumed run keeps its "
+                        f"learning problem and network; only runner.{{{allowed}}} may change")
+    return _Start(cfg, run_dir, True, state)
 
 
 def _find_run_dir(run: str) -> Path:
     for d in (Path(run), Path("runs") / run):
         if (d / "config.yaml").is_file():
             return d
+    for d in (Path(run), Path("runs") / run):
+        if d.is_dir():
+            raise UserError(f"--resume {run}: {d} holds no config.yaml, so it is not a run folder")
     raise UserError(f"run {run!r} not found (expected a run folder holding config.yaml)")
 
 
+def _lock_run_dir(run_dir: Path) -> Any:
+    """Lock an existing run folder for this process (RunInUse when another live process holds it)."""
+    from robo_rl.checkpoint import RunLock
+
+    return RunLock(run_dir)
+
+
+def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
+    """Create, lock and write the config of a new run folder; returns the lock. On failure nothing is left."""
+    from robo_rl.runner import write_config
+
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or type(exc).__name__} "
+                        "(check runner.log_dir and --run-name)") from None
+    lock = None
+    try:
+        lock = _lock_run_dir(run_dir)
+        if (run_dir / "config.yaml").exists():  # another process started this run meanwhile
+            raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
+        write_config(run_dir, cfg)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+            if created:  # ours alone: we made it and held its lock
+                shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return lock
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    cfg, run_dir, resuming = _train_config(args)
-    from robo_rl.logger import TrainLogger
+    start = _train_config(args)
     from robo_rl.runner import OnPolicyRunner, write_config
 
-    write_config(run_dir, cfg)
-    runner = OnPolicyRunner(cfg, run_dir)
-    start = runner.resume() if resuming else 0
-    if resuming:
-        print(f"resuming {run_dir} at iteration {start}", flush=True)
+    # A live run is refused before anything is built; a failed resume leaves its folder as it was.
+    lock = _lock_run_dir(start.run_dir) if start.resuming else None
+    try:
+        runner = OnPolicyRunner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
+        try:
+            first = runner.resume(start.state) if start.state is not None else 0
+            if start.resuming:
+                write_config(start.run_dir, start.cfg)  # only now that the start has succeeded
+            else:
+                lock = _create_run_dir(start.run_dir, start.cfg)
+            return _train(start, runner, first)
+        finally:
+            runner.close()
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(start: _Start, runner: Any, first: int) -> int:
+    """Train a started run; returns the exit code (1 when training diverged)."""
+    from robo_rl.logger import TrainLogger
+    from robo_rl.runner import TrainingDiverged
+
+    cfg, run_dir = start.cfg, start.run_dir
+    if start.resuming:
+        print(f"resuming {run_dir} at iteration {first}", flush=True)
     print(
         f"training {cfg.task} with {cfg.algo_name}: {cfg.sim.num_envs} worlds, "
         f"{cfg.runner.max_iterations} iterations, run dir {run_dir}",
@@ -138,11 +243,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         run_dir,
         cfg.runner.max_iterations,
         max_time_s=cfg.runner.max_time_s,
-        purge_step=start if resuming else None,
+        purge_step=first if start.resuming else None,
         print_progress=cfg.runner.progress_bar,
     )
     try:
         last = runner.learn(logger)
+    except TrainingDiverged as exc:
+        print(f"robo-rl: {exc}", file=sys.stderr)
+        return 1
     finally:
         logger.close()
     print(_summary(cfg.task, last, runner.iteration, runner.train_time))
@@ -150,7 +258,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(_eval_line(runner.evaluate(cfg.runner.eval_episodes)))
     print(f"checkpoints and TensorBoard logs: {run_dir}   (tensorboard --logdir {run_dir.parent})")
     print(f"evaluate: robo-rl play {run_dir}")
-    runner.close()
     return 0
 
 
@@ -172,8 +279,10 @@ def _eval_line(result: dict[str, Any]) -> str:
 def cmd_play(args: argparse.Namespace) -> int:
     from robo_rl.evaluate import evaluate_checkpoint
 
-    if args.episodes < 1:
-        raise UserError(f"--episodes {args.episodes}: must be >= 1")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise UserError(f"--episodes {args.episodes}: must be 1 .. {MAX_EPISODES} (one world per episode)")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed {args.seed}: must be 0 .. {MAX_SEED}")
     result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video)
     print(_eval_line(result))
     if args.video:

@@ -1,8 +1,10 @@
 """Typed, validated configuration: defaults -> YAML -> command-line overrides -> one `validate`.
 
 Every component has one frozen dataclass. Field constraints live in the field metadata
-(`ge`, `gt`, `le`, `choices`) so validation is generic and every error message has the same
-shape: ``config error: <path> = <value>: <what is allowed>``.
+(`ge`, `gt`, `le`, `choices`, and `note`: why a value is not allowed) so validation is generic and
+every error message has the same shape: ``config error: <path> = <value>: <what is allowed>``.
+Every float must be finite. Constraints across sections (the minibatch size, hidden widths) are
+checked once by `check_train_config`; `resume_changes` lists what a resume may not change.
 
 This module imports no torch and no mujoco.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -21,12 +24,16 @@ from typing import Any
 import yaml
 
 
-class ConfigError(ValueError):
+class UserError(Exception):
+    """A user mistake (command line, config, files); the CLI prints it as one line and exits 2."""
+
+
+class ConfigError(UserError, ValueError):
     """A user mistake in a config file or override; the CLI prints it as one line."""
 
 
 def _f(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
-    """A dataclass field with validation metadata (ge, gt, le, lt, choices)."""
+    """A dataclass field with validation metadata (ge, gt, le, choices, note)."""
     if isinstance(default, (list, dict)):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -36,7 +43,7 @@ def _f(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
 class SimConfig:
     """Batched physics."""
 
-    backend: str = _f("mujoco_cpu", choices=("mujoco_cpu",))
+    backend: str = _f("mujoco_cpu", choices=("mujoco_cpu",), note="mujoco_warp and isaaclab are not implemented yet")
     """Physics backend: `mujoco_cpu` (threads over `mujoco.rollout`)."""
     num_envs: int = _f(1024, ge=1, le=1_000_000)
     """Number of parallel worlds."""
@@ -107,7 +114,7 @@ class RunnerConfig:
     log_dir: str = "runs"
     """Folder that holds one sub-folder per run."""
     run_name: str = ""
-    """Run folder name; empty means `<task>_<date>_<time>`."""
+    """Run folder name (one folder, no `/`); empty means `<task>_<date>_<time>`."""
     video_interval: int = _f(0, ge=0)
     """Record an evaluation video every this many iterations (0: only at the end if `video_at_end`)."""
     video_at_end: bool = False
@@ -119,6 +126,14 @@ class RunnerConfig:
     progress_bar: bool = True
     """Print a progress line (steps/s, mean return, ETA) every iteration."""
 
+    def validate(self) -> None:
+        name = self.run_name
+        if "/" in name or "\\" in name or name in (".", "..") or name != name.strip():
+            raise ConfigError(
+                f"config error: runner.run_name = {name!r}: must be a single folder name "
+                "(no '/', not '.' or '..', no surrounding spaces)"
+            )
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
@@ -128,10 +143,10 @@ class TrainConfig:
     """Registered task name (`robo-rl tasks` lists them)."""
     algo_name: str = _f("ppo", choices=("ppo",))
     """Learning algorithm."""
-    seed: int = _f(0, ge=0)
+    seed: int = _f(0, ge=0, le=2**31 - 1)
     """Seed for torch, numpy and the environments."""
-    device: str = _f("cpu", choices=("cpu", "cuda"))
-    """Torch device for the learner."""
+    device: str = _f("cpu", choices=("cpu",), note="GPU training is not implemented yet")
+    """Torch device for the learner (only `cpu` for now; the field stays so configs keep their schema)."""
     sim: SimConfig = field(default_factory=SimConfig)
     env: Any = None
     """The task's own config dataclass (see the task module)."""
@@ -149,6 +164,63 @@ class TrainConfig:
 
 
 ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig}
+
+MAX_HIDDEN_WIDTH = 65536
+"""Widest hidden layer accepted (a typo like 1000000 would exhaust memory, not train)."""
+
+RESUMABLE_FIELDS = (
+    "runner.max_iterations",
+    "runner.max_time_s",
+    "runner.save_interval",
+    "runner.video_interval",
+    "runner.video_at_end",
+    "runner.video_episodes",
+    "runner.eval_episodes",
+    "runner.progress_bar",
+)
+"""Fields a resumed run may change: they change neither the learning problem nor any tensor's shape."""
+
+
+def check_train_config(cfg: TrainConfig) -> None:
+    """Constraints that span sections; ConfigError naming the field otherwise."""
+    for name in ("actor_hidden_dims", "critic_hidden_dims"):
+        for i, width in enumerate(getattr(cfg.policy, name)):
+            if not 1 <= width <= MAX_HIDDEN_WIDTH:
+                raise ConfigError(
+                    f"config error: policy.{name}[{i}] = {width!r}: hidden widths must be 1 .. {MAX_HIDDEN_WIDTH}"
+                )
+    algo = cfg.algo
+    if hasattr(algo, "num_mini_batches") and hasattr(algo, "num_steps_per_env"):
+        batch = algo.num_steps_per_env * cfg.sim.num_envs
+        if algo.num_mini_batches > batch:
+            raise ConfigError(
+                f"config error: algo.num_mini_batches = {algo.num_mini_batches}: must be <= the batch size "
+                f"algo.num_steps_per_env * sim.num_envs = {algo.num_steps_per_env} * {cfg.sim.num_envs} = {batch}"
+            )
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings -> {dotted path: leaf value}."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(flatten(value, _join(prefix, str(key))))
+    return out
+
+
+def resume_changes(old: TrainConfig, new: TrainConfig) -> list[str]:
+    """`path (old -> new)` for every field outside RESUMABLE_FIELDS that differs between two configs."""
+    a, b = flatten(old.to_dict()), flatten(new.to_dict())
+
+    def shown(tree: dict[str, Any], path: str) -> str:
+        return repr(tree[path]) if path in tree else "unset"
+
+    return [
+        f"{path} ({shown(a, path)} -> {shown(b, path)})"
+        for path in sorted(a.keys() | b.keys())
+        if path not in RESUMABLE_FIELDS and (path in a, a.get(path)) != (path in b, b.get(path))
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -200,14 +272,19 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(f"config error: {path} = {value!r}: expected a number")
+        number = None
         if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
+            number = float(value)
+        elif isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"config error: {path} = {value!r}: expected a number")
+        if number is None:
+            raise ConfigError(f"config error: {path} = {value!r}: expected a number")
+        if not math.isfinite(number):
+            raise ConfigError(f"config error: {path} = {value!r}: must be a finite number")
+        return number
     if tp is str:
         if isinstance(value, str):
             return value
@@ -215,7 +292,7 @@ def _coerce(value: Any, tp: Any, path: str) -> Any:
     if origin is tuple:
         (elem, *_rest) = typing.get_args(tp)
         if isinstance(value, str):
-            value = yaml.safe_load(value)
+            value = _yaml_value(value, path)
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"config error: {path} = {value!r}: expected a list of {_type_name(elem)}")
         return tuple(_coerce(v, elem, f"{path}[{i}]") for i, v in enumerate(value))
@@ -236,7 +313,8 @@ def _check_meta(value: Any, meta: typing.Mapping[str, Any], path: str) -> None:
     for v in values:
         if "choices" in meta and v not in meta["choices"]:
             allowed = ", ".join(map(str, meta["choices"]))
-            raise ConfigError(f"config error: {path} = {v!r}: allowed values are {allowed}")
+            note = f" ({meta['note']})" if "note" in meta else ""
+            raise ConfigError(f"config error: {path} = {v!r}: allowed values are {allowed}{note}")
         if "ge" in meta and not v >= meta["ge"]:
             raise ConfigError(f"config error: {path} = {v!r}: must be >= {meta['ge']}")
         if "gt" in meta and not v > meta["gt"]:
@@ -292,6 +370,15 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def _yaml_value(text: str, where: str) -> Any:
+    """A value written in YAML (`3e-4`, `[64, 64]`, `true`); ConfigError naming `where` if it does not parse."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"config error: {where} = {text!r}: not a valid YAML value ({problem})") from None
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """`a.b.c=value` -> (["a", "b", "c"], value parsed as YAML)."""
     if "=" not in text:
@@ -300,7 +387,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key or any(not part for part in key.split(".")):
         raise ConfigError(f"config error: override {text!r}: empty key")
-    return key.split("."), yaml.safe_load(value) if value.strip() else ""
+    return key.split("."), _yaml_value(value, f"override {key}") if value.strip() else ""
 
 
 def set_in(tree: dict[str, Any], keys: list[str], value: Any) -> None:
@@ -317,10 +404,15 @@ def set_in(tree: dict[str, Any], keys: list[str], value: Any) -> None:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config error: config file {str(p)!r} is a directory; expected a YAML file")
     if not p.is_file():
         raise ConfigError(f"config error: config file {str(p)!r} does not exist")
     try:
         data = yaml.safe_load(p.read_text()) or {}
+    except (UnicodeDecodeError, OSError) as exc:
+        why = type(exc).__name__
+        raise ConfigError(f"config error: config file {str(p)!r} cannot be read as text ({why})") from None
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" (line {line + 1})" if line is not None else ""
@@ -352,4 +444,6 @@ def resolve_train_config(
     env_cls = env_config_cls(cfg.task) if env_config_cls else None
     env = build(env_cls, env_raw, "env") if env_cls else env_raw
     algo = build(ALGO_CONFIGS[cfg.algo_name], algo_raw, "algo")
-    return dataclasses.replace(cfg, env=env, algo=algo)
+    cfg = dataclasses.replace(cfg, env=env, algo=algo)
+    check_train_config(cfg)
+    return cfg

@@ -14,6 +14,8 @@ import torch
 from torch import Tensor
 
 from robo_rl.builders import build_env, load_policy, load_trained
+from robo_rl.checkpoint import check_output_file
+from robo_rl.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,15 @@ def run_episodes(env, policy: Callable[[Tensor], Tensor], *, video_frames: list 
 
 
 def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None) -> dict[str, Any]:
-    """Evaluate the latest checkpoint of a run (or a checkpoint file) on `episodes` fresh episodes."""
+    """Mean return and task metrics of a checkpoint's deterministic policy, one episode per world.
+
+    Every input is checked before the evaluation runs (ConfigError, one line): the checkpoint, and
+    that `video` (optional .mp4 path for the first episode) can be written.
+    """
+    if video is not None:
+        if Path(video).suffix.lower() != ".mp4":
+            raise ConfigError(f"--video {video!r}: the file name must end in .mp4")
+        check_output_file(video, "--video")
     _, state, cfg = load_trained(run)
     env = build_env(cfg, num_envs=episodes, seed=seed)
     frames: list | None = [] if video else None

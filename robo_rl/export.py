@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from robo_rl.builders import build_env, load_policy, load_trained
-from robo_rl.checkpoint import atomic_write
+from robo_rl.checkpoint import atomic_write, check_output_file
 from robo_rl.contract import DeployContract
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES
 from robo_rl.networks.actor_critic import ActorCritic
@@ -120,6 +120,8 @@ def export_policy(
     out = Path(out)
     if out.suffix != ".onnx":
         raise ValueError(f"output {str(out)!r} must end in .onnx")
+    check_output_file(out, "--out")
+    check_output_file(out.with_suffix(".json"), "--out (its contract .json)")
     ckpt_path, state, cfg = load_trained(run_or_checkpoint)
     env = build_env(cfg, num_envs=parity_envs, seed=cfg.seed + 777)
     try:

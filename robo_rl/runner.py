@@ -1,7 +1,14 @@
-"""The on-policy training loop: rollout, update, log, checkpoint, evaluation video, resume."""
+"""The on-policy training loop: rollout, update, log, checkpoint, evaluation video, resume.
+
+NaN guard: after every env step the observations and rewards are checked (one `isfinite` reduction
+each), after every update the loss statistics and the policy's parameters and normaliser buffers.
+The first non-finite value raises `TrainingDiverged` before anything else is logged or saved, so
+the newest checkpoint on disk is the last good one.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from pathlib import Path
@@ -12,16 +19,77 @@ import yaml
 
 from robo_rl.algos.ppo import PPO
 from robo_rl.builders import build_env, build_policy
-from robo_rl.checkpoint import checkpoint_name, latest_checkpoint, load_checkpoint, save_checkpoint
+from robo_rl.checkpoint import (
+    atomic_write,
+    checkpoint_name,
+    latest_checkpoint,
+    load_run_checkpoint,
+    save_checkpoint,
+)
 from robo_rl.config import TrainConfig
 from robo_rl.logger import TrainLogger
 
 CONFIG_FILE = "config.yaml"
 
 
+class TrainingDiverged(RuntimeError):
+    """A non-finite observation, reward, loss or parameter; training stopped before saving it.
+
+    Args:
+        iteration: the iteration (1-based) that produced the value.
+        source: what was non-finite, e.g. "reward in 3 of 64 worlds".
+        last_checkpoint: newest checkpoint on disk (the last good one), or None.
+    """
+
+    def __init__(self, iteration: int, source: str, last_checkpoint: Path | None):
+        kept = f"last good checkpoint: {last_checkpoint}" if last_checkpoint else "no checkpoint was written"
+        super().__init__(f"training stopped at iteration {iteration}: non-finite {source}; {kept}")
+        self.iteration = iteration
+        self.source = source
+        self.last_checkpoint = last_checkpoint
+
+
+def _count_bad(x: torch.Tensor) -> str:
+    """`"3 of 64 worlds"`: rows of (N, ...) holding a non-finite value."""
+    bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(-1)  # (N,)
+    return f"{int(bad.sum())} of {x.shape[0]} worlds"
+
+
+def non_finite_step(
+    obs: dict[str, torch.Tensor], reward: torch.Tensor | None = None, final_obs: dict[str, torch.Tensor] | None = None
+) -> str:
+    """"" when observations, reward and pre-reset observations are finite, else what is not (for the message).
+
+    The "policy" group is a view of "critic", so checking "critic" covers both.
+    """
+    parts = [("reward", reward), ("observation", obs["critic"])]  # reward (N,), observation (N, O_c)
+    if final_obs is not None and final_obs["critic"] is not obs["critic"]:  # only after resets
+        parts.append(("observation before reset", final_obs["critic"]))
+    parts = [(name, x) for name, x in parts if x is not None]
+    ok = torch.isfinite(parts[0][1]).all()
+    for _, x in parts[1:]:
+        ok &= torch.isfinite(x).all()
+    if ok:
+        return ""
+    name, x = next((name, x) for name, x in parts if not torch.isfinite(x).all())
+    return f"{name} in {_count_bad(x)}"
+
+
+def non_finite_update(stats: dict[str, float], module: torch.nn.Module) -> str:
+    """"" when every loss statistic and every float tensor of `module` (parameters, buffers) is finite."""
+    for key, value in stats.items():
+        if not math.isfinite(value):
+            return f"{key} ({value})"
+    for name, tensor in module.state_dict().items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            return f"parameter {name}"
+    return ""
+
+
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    """Write `<run_dir>/config.yaml` atomically (a crash leaves the old file or the new one, never half)."""
+    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+    atomic_write(Path(run_dir) / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text))
 
 
 class OnPolicyRunner:
@@ -62,12 +130,17 @@ class OnPolicyRunner:
         )
         return path
 
-    def resume(self) -> int:
-        """Restore the latest checkpoint of the run directory; returns its iteration (0 if none)."""
-        ckpt = latest_checkpoint(self.run_dir)
-        if ckpt is None:
-            return 0
-        state = load_checkpoint(ckpt)
+    def resume(self, state: dict[str, Any] | None = None) -> int:
+        """Restore a checkpoint (default: the run directory's latest); returns its iteration (0 if none).
+
+        Args:
+            state: an already loaded checkpoint (`load_run_checkpoint`), to avoid reading it twice.
+        """
+        if state is None:
+            ckpt = latest_checkpoint(self.run_dir)
+            if ckpt is None:
+                return 0
+            state = load_run_checkpoint(ckpt)
         self.algo.load_state_dict(state["algo"])
         self.env.load_state_dict(state["env"])
         self.episode_return.copy_(state["episode_return"])
@@ -82,6 +155,8 @@ class OnPolicyRunner:
         cfg, env, algo = self.cfg.runner, self.env, self.algo
         steps = self.cfg.algo.num_steps_per_env
         last: dict[str, float] = {}
+        if self.iteration < cfg.max_iterations and (bad := non_finite_step(self.obs)):
+            raise self._diverged(bad)
         while self.iteration < cfg.max_iterations:
             t0 = time.perf_counter()
             episode_logs: dict[str, list[float]] = {}
@@ -89,6 +164,8 @@ class OnPolicyRunner:
             for _ in range(steps):
                 actions = algo.act(obs["policy"], obs["critic"])
                 obs, reward, terminated, truncated, info = env.step(actions)
+                if bad := non_finite_step(obs, reward, info["final_obs"]):
+                    raise self._diverged(bad)
                 algo.process_env_step(reward, terminated, truncated, info["final_obs"]["critic"])
                 self._track_returns(reward, terminated | truncated)
                 for k, v in info["log"].items():
@@ -97,6 +174,8 @@ class OnPolicyRunner:
             self.obs = obs
             t1 = time.perf_counter()
             stats = algo.update()
+            if bad := non_finite_update(stats, self.policy):
+                raise self._diverged(bad)
             t2 = time.perf_counter()
             self.iteration += 1
             self.train_time += t2 - t0
@@ -121,6 +200,9 @@ class OnPolicyRunner:
             if out_of_time:
                 break
         return last
+
+    def _diverged(self, source: str) -> TrainingDiverged:
+        return TrainingDiverged(self.iteration + 1, source, latest_checkpoint(self.run_dir))
 
     def _track_returns(self, reward: torch.Tensor, done: torch.Tensor) -> None:
         self.episode_return += reward

@@ -39,3 +39,40 @@ def test_pickled_objects_are_refused(tmp_path):
     torch.save({"obj": object()}, path)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_checkpoint(path)
+
+
+def test_run_lock_is_exclusive_and_released(tmp_path):
+    import os
+
+    from robo_rl.checkpoint import RunInUse, RunLock
+
+    with RunLock(tmp_path):
+        assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+        with pytest.raises(RunInUse, match=rf"is in use by another process \(pid {os.getpid()}\)"):
+            RunLock(tmp_path)  # a second open file description conflicts even within one process
+    RunLock(tmp_path).release()  # released: lockable again
+
+
+def test_torch_file_that_is_not_a_checkpoint(tmp_path):
+    from robo_rl.checkpoint import load_run_checkpoint
+
+    torch.save(torch.zeros(3), tmp_path / "x.pt")
+    with pytest.raises(ConfigError, match=r"not a robo_rl training checkpoint \(it holds a Tensor\)"):
+        load_run_checkpoint(tmp_path / "x.pt")
+    torch.save({"iteration": 1, "algo": {}}, tmp_path / "y.pt")
+    with pytest.raises(ConfigError, match="it lacks train_time, config"):
+        load_run_checkpoint(tmp_path / "y.pt")
+
+
+def test_check_output_file(tmp_path):
+    from robo_rl.checkpoint import check_output_file
+
+    check_output_file(tmp_path / "new" / "deeper" / "x.onnx", "--out")  # creatable folders are fine
+    assert not (tmp_path / "new").exists()  # and the check creates nothing
+    with pytest.raises(ConfigError, match="is a directory"):
+        check_output_file(tmp_path, "--out")
+    (tmp_path / "f").write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_output_file(tmp_path / "f" / "x.onnx", "--out")
+    with pytest.raises(ConfigError, match="cannot be written"):
+        check_output_file("/proc/x.onnx", "--out")

@@ -64,3 +64,105 @@ def test_cli_user_errors_are_one_line(cli, args, fragment):
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert fragment in result.stderr
+
+
+def _float_fields():
+    """(dotted path, field) of every float or tuple-of-float field in the train and task configs."""
+    import dataclasses
+    import typing
+
+    from robo_rl.config import RunnerConfig, SimConfig, TrainConfig
+    from robo_rl.tasks import TASKS
+
+    sections = [("", TrainConfig), ("sim", SimConfig), ("algo", PPOConfig), ("runner", RunnerConfig)]
+    sections += [("policy", typing.get_type_hints(TrainConfig)["policy"])]
+    out = []
+    for prefix, cls in sections:
+        for name, tp in typing.get_type_hints(cls).items():
+            if tp is float or typing.get_args(tp)[:1] == (float,):
+                out.append(("arm-reach", f"{prefix}.{name}".lstrip(".")))
+    for task, (_env, cfg_cls) in TASKS.items():
+        for f in dataclasses.fields(cfg_cls):
+            tp = typing.get_type_hints(cfg_cls)[f.name]
+            if tp is float or typing.get_args(tp)[:1] == (float,):
+                out.append((task, f"env.{f.name}"))
+    return out
+
+
+FLOAT_FIELDS = _float_fields()
+
+
+def test_float_fields_are_found():
+    paths = {p for _, p in FLOAT_FIELDS}
+    assert {"algo.entropy_coef", "policy.init_noise_std", "env.target_low", "env.lin_vel_x"} <= paths
+
+
+@pytest.mark.parametrize("bad", [".nan", ".inf", "-.inf", "nan", "inf"])
+@pytest.mark.parametrize("task, path", FLOAT_FIELDS)
+def test_every_float_field_refuses_non_finite_values(task, path, bad):
+    current = resolve([], raw={"task": task}).to_dict()
+    node = current
+    for key in path.split("."):
+        node = node[key]
+    value = f"[{bad}{', 0.5' * (len(node) - 1)}]" if isinstance(node, list) else bad
+    with pytest.raises(ConfigError, match="must be a finite number") as err:
+        resolve([f"{path}={value}"], raw={"task": task})
+    assert path in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("device=cuda", "device = 'cuda': allowed values are cpu (GPU training is not implemented yet)"),
+        ("sim.backend=mujoco_warp", "allowed values are mujoco_cpu (mujoco_warp and isaaclab are not implemented"),
+        ("algo.num_mini_batches=97", "algo.num_mini_batches = 97: must be <= the batch size"),
+        ("policy.actor_hidden_dims=[64, -1]", "policy.actor_hidden_dims[1] = -1: hidden widths must be 1 .. 65536"),
+        ("policy.critic_hidden_dims=[100000000]", "policy.critic_hidden_dims[0] = 100000000"),
+        ("runner.run_name=a/b", "runner.run_name = 'a/b': must be a single folder name"),
+        ("algo.gamma={0.9", "override algo.gamma = '{0.9': not a valid YAML value"),
+        ("seed=99999999999", "seed = 99999999999: must be <= 2147483647"),
+    ],
+)
+def test_cross_field_and_unsupported_values(override, fragment):
+    with pytest.raises(ConfigError) as err:
+        resolve(["sim.num_envs=8", "algo.num_steps_per_env=12", override])
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_num_mini_batches_equal_to_the_batch_is_allowed():
+    assert resolve(["sim.num_envs=8", "algo.num_steps_per_env=12", "algo.num_mini_batches=96"]).algo.num_mini_batches
+
+
+def test_resume_changes_lists_only_fields_that_may_not_change():
+    from robo_rl.config import RESUMABLE_FIELDS, resume_changes
+
+    old = resolve([])
+    allowed = resolve(["runner.max_iterations=7", "runner.max_time_s=3", "runner.save_interval=2",
+                       "runner.video_interval=5", "runner.video_at_end=true", "runner.video_episodes=2",
+                       "runner.eval_episodes=0", "runner.progress_bar=false"])
+    assert resume_changes(old, allowed) == []
+    assert len(RESUMABLE_FIELDS) == 8
+    changed = resolve(["sim.num_envs=7", "policy.actor_hidden_dims=[3]", "env.rewards.action_rate=-1", "seed=4"])
+    assert resume_changes(old, changed) == [
+        "env.rewards.action_rate (-0.005 -> -1.0)",
+        "policy.actor_hidden_dims ([256, 128, 64] -> [3])",
+        "seed (0 -> 4)",
+        "sim.num_envs (1024 -> 7)",
+    ]
+
+
+def test_task_validation_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"env.lin_vel_y = \[0.5, -0.5\]: expected \[low, high\]"):
+        resolve(["env.lin_vel_y=[0.5, -0.5]"], raw={"task": "quadruped-walk-flat"})
+    with pytest.raises(ConfigError, match="env.model = 'envs/none.xml': MJCF file .* not found"):
+        resolve(["env.model=envs/none.xml"])
+
+
+def test_load_yaml_of_a_directory_or_binary_file(tmp_path):
+    from robo_rl.config import load_yaml
+
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_yaml(tmp_path)
+    (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ConfigError, match="cannot be read as text"):
+        load_yaml(tmp_path / "bin.yaml")

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from robo_rl.config import _f
+from robo_rl.config import ConfigError, _f
 from robo_rl.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 
@@ -53,12 +53,18 @@ class ArmReachConfig:
     """Scale of each reward term (sum of scale * term * dt)."""
 
     def validate(self) -> None:
+        check_model_file(self.model)
         check_reward_names(self.rewards, ArmReachEnv.reward_terms)
         for name in ("target_low", "target_high"):
             if len(getattr(self, name)) != 3:
-                raise ValueError(f"config error: env.{name} = {getattr(self, name)!r}: expected 3 numbers (x, y, z)")
+                raise ConfigError(
+                    f"config error: env.{name} = {list(getattr(self, name))!r}: expected 3 numbers (x, y, z)"
+                )
         if any(lo > hi for lo, hi in zip(self.target_low, self.target_high, strict=True)):
-            raise ValueError(f"config error: env.target_low = {self.target_low!r}: must not exceed env.target_high")
+            raise ConfigError(
+                f"config error: env.target_low = {list(self.target_low)!r}: must not exceed "
+                f"env.target_high = {list(self.target_high)!r} in any axis"
+            )
 
 
 class ArmReachEnv(TaskEnv):

@@ -19,7 +19,27 @@ from torch import Tensor
 from robo_rl.assets import find_asset
 from robo_rl.config import ConfigError
 from robo_rl.contract import ActionSpec, DeployContract, ObsTerm
-from robo_rl.sim.mujoco_cpu import MujocoCpuBackend
+from robo_rl.sim.mujoco_cpu import MujocoCpuBackend, load_model
+
+
+def check_model_file(model: str, path: str = "env.model") -> None:
+    """ConfigError unless `model` names an existing MJCF file (found by `robo_rl.assets.find_asset`)."""
+    if not model.strip():
+        raise ConfigError(f"config error: {path} = {model!r}: expected the path of an MJCF file")
+    try:
+        find_asset(model, what="MJCF file")
+    except ValueError as exc:
+        raise ConfigError(f"config error: {path} = {model!r}: {exc}") from None
+
+
+def _load_mjcf(model: str) -> Any:
+    """The MjModel of a task's MJCF; ConfigError (one line) when it is missing or MuJoCo cannot compile it."""
+    check_model_file(model)
+    try:
+        return load_model(find_asset(model))
+    except ValueError as exc:  # mujoco reports XML and compile errors as ValueError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"config error: env.model = {model!r}: MuJoCo cannot load it: {first}") from None
 
 
 class TaskEnv:
@@ -48,7 +68,7 @@ class TaskEnv:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
         self.backend = MujocoCpuBackend(
-            find_asset(cfg.model, what="MJCF file"), num_envs, num_threads=num_threads, keyframe=self.keyframe
+            _load_mjcf(cfg.model), num_envs, num_threads=num_threads, keyframe=self.keyframe
         )
         self.backend.model.opt.timestep = cfg.physics_dt
         self.dt = cfg.physics_dt * cfg.decimation
@@ -362,7 +382,7 @@ def as_slice(index: Tensor) -> slice | Tensor:
 
 
 def check_reward_names(rewards: dict[str, float], allowed: tuple[str, ...], path: str = "env.rewards") -> None:
-    """ValueError naming an unknown reward term."""
+    """ConfigError naming an unknown reward term or a non-finite scale."""
     for name, scale in rewards.items():
         if name not in allowed:
             raise ConfigError(f"config error: {path}.{name}: unknown reward term; terms: {', '.join(allowed)}")

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from robo_rl.config import _f
+from robo_rl.config import ConfigError, _f
 from robo_rl.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
 from robo_rl.tasks.rotations import quat_rotate, yaw_quat
 
 GO2_LEGS = ("FL", "FR", "RL", "RR")
@@ -73,11 +73,14 @@ class QuadrupedWalkConfig:
     """Scale of each reward term (sum of scale * term * dt)."""
 
     def validate(self) -> None:
+        check_model_file(self.model)
         check_reward_names(self.rewards, QuadrupedWalkEnv.reward_terms)
         for name in ("lin_vel_x", "lin_vel_y", "ang_vel_z"):
             lo_hi = getattr(self, name)
             if len(lo_hi) != 2 or lo_hi[0] > lo_hi[1]:
-                raise ValueError(f"config error: env.{name} = {lo_hi!r}: expected [low, high] with low <= high")
+                raise ConfigError(
+                    f"config error: env.{name} = {list(lo_hi)!r}: expected [low, high] with low <= high"
+                )
 
 
 class QuadrupedWalkEnv(TaskEnv):

@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--target", metavar="X,Y,Z", help="end-effector target for reaching policies (base frame, m)")
     dp.add_argument("--latency", type=float, default=0.0, help="sim transport: command latency (s)")
     dp.add_argument("--noise", type=float, default=0.0, help="sim transport: sensor noise std")
+    dp.add_argument("--allow-unsafe-hardware", action="store_true",
+                    help="experts only: accept hardware safety values outside their safe range (warned loudly)")
 
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
@@ -310,12 +312,15 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- deploy
 def _vector(text: str, flag: str) -> np.ndarray:
+    """Three finite comma-separated numbers (3,); UserError otherwise (NaN and Inf are refused)."""
     try:
         values = np.array([float(x) for x in text.split(",")])
     except ValueError:
         raise UserError(f"{flag} {text!r}: expected three comma-separated numbers") from None
     if values.shape != (3,):
         raise UserError(f"{flag} {text!r}: expected three comma-separated numbers")
+    if not np.all(np.isfinite(values)):
+        raise UserError(f"{flag} {text!r}: non-finite value refused; expected three finite numbers")
     return values
 
 
@@ -331,24 +336,41 @@ def _stop_on_signals() -> None:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from robo_rl.deploy.session import open_session, run_live
+    """Deploy: exit 0 after a normal end or Ctrl-C, 1 when the robot stopped on a fault, 2 for bad input.
 
+    Operator commands are parsed and checked (finite, clamped into the trained range with a warning)
+    before anything connects to the robot.
+    """
+    from robo_rl.deploy.session import open_session, run_live
+    from robo_rl.deploy.state_machine import Mode
+
+    wanted = {}
+    if args.velocity:
+        wanted["velocity_command"] = _vector(args.velocity, "--velocity")
+    if args.target:
+        wanted["target_pos"] = _vector(args.target, "--target")
+    for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
     try:
-        session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise)
+        session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise,
+                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     contract = session.policy.policy.contract
     commands = session.policy.commands
-    if args.velocity:
-        commands["velocity_command"] = _vector(args.velocity, "--velocity")
-    if args.target:
-        commands["target_pos"] = _vector(args.target, "--target")
     print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
           f"commands {({k: v.round(3).tolist() for k, v in commands.items()})}; Ctrl-C stops safely", flush=True)
     _stop_on_signals()
     stats = run_live(session, args.duration)
-    print(f"stopped in {session.controller.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
+    c = session.controller
+    print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
           f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
+    fault = c.state_machine.fault_reason or ("estop" if c.mode is Mode.ESTOP else None)
+    if fault is not None:
+        detail = f": {c.last_error}" if c.last_error else ""
+        print(f"robo-rl: deploy stopped on fault {fault}{detail}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

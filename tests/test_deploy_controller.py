@@ -18,7 +18,7 @@ PERIOD = 1.0 / RATE
 
 
 def arm_hw(kind: str = "arm", names=NAMES, **safety) -> HardwareSpec:
-    """Toy robot: limits +-1 rad, torque limit 10 N m, 50 Hz, ramp 0.2 s."""
+    """Toy robot: limits +-1 rad, 20 rad/s, torque limit 10 N m, kp <= 500, kd <= 10, 50 Hz, ramp 0.2 s."""
     n = len(names)
     cfg = dict(state_timeout_s=0.1, ramp_time_s=0.2, damping_kd=1.5, max_position_step=0.25)
     cfg.update(safety)
@@ -28,10 +28,12 @@ def arm_hw(kind: str = "arm", names=NAMES, **safety) -> HardwareSpec:
         joint_names=tuple(names),
         joint_lower=np.full(n, -1.0),
         joint_upper=np.full(n, 1.0),
-        velocity_limits=np.full(n, 5.0),
+        velocity_limits=np.full(n, 20.0),
         torque_limits=np.full(n, 10.0),
         kp=np.full(n, 20.0),
         kd=np.full(n, 1.0),
+        kp_max=np.full(n, 500.0),
+        kd_max=np.full(n, 10.0),
         control_rate_hz=RATE,
         safety=SafetyConfig(**cfg),
     )
@@ -54,12 +56,13 @@ class FakeClock:
 class FakeRobot:
     """In-memory RobotInterface: reports `q` under `names`, records (state read, command sent) pairs."""
 
-    def __init__(self, clock, names=NAMES, q=(0.1, -0.2, 0.3), quat=None):
+    def __init__(self, clock, names=NAMES, q=(0.1, -0.2, 0.3), quat=None, gyro=None):
         self.clock = clock
         self.names = tuple(names)
         self.q = np.array(q, dtype=np.float64)
         self.dq = np.zeros(len(names))
         self.quat = None if quat is None else np.asarray(quat, dtype=np.float64)
+        self.gyro = None if gyro is None else np.asarray(gyro, dtype=np.float64)
         self.frozen_received: float | None = None  # set: the transport stops delivering
         self.frozen_stamp: float | None = None  # set: the robot's own clock stops
         self.on_read = None  # hook(robot) called on every read
@@ -79,6 +82,7 @@ class FakeRobot:
             q=self.q.copy(),
             dq=self.dq.copy(),
             imu_quat=None if self.quat is None else self.quat.copy(),
+            imu_gyro=None if self.gyro is None else self.gyro.copy(),
         )
         return self.last_state
 
@@ -372,6 +376,37 @@ def test_attitude_guard_on_legged_robot():
     step(ctrl, clock)
     assert ctrl.mode is Mode.DAMP and ctrl.last_fault == "attitude"
     assert_all_safe(robot, hw)
+
+
+def test_ramp_waits_limp_until_the_base_is_still():
+    names = ("fl", "fr", "rl", "rr")
+    hw = arm_hw(kind="legged", names=names, max_tilt_rad=1.0)
+    clock = FakeClock()
+    robot = FakeRobot(clock, names=names, q=(0.0,) * 4, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.5, 0.0))
+    ctrl = Controller(robot, hw, None, np.zeros(4), clock=clock, sleep=clock.sleep)
+    ctrl.request_ramp()
+    step(ctrl, clock, 30)  # 0.6 s of a moving base (being set down, settling)
+    assert ctrl.mode is Mode.RAMP
+    assert all(np.all(c.kp == 0.0) and np.all(c.kd == 0.0) for _, c in robot.sent)  # limp while it moves
+    robot.gyro[:] = 0.0
+    step(ctrl, clock, 2)
+    assert robot.sent[-1][1].kp[0] > 0.0  # still: the gravity check passed and the gains start rising
+    step(ctrl, clock, 12)
+    assert ctrl.mode is Mode.READY
+    assert_all_safe(robot, hw)
+
+
+def test_ramp_faults_when_the_base_never_gets_still():
+    names = ("fl", "fr", "rl", "rr")
+    hw = arm_hw(kind="legged", names=names, max_tilt_rad=1.0)
+    clock = FakeClock()
+    robot = FakeRobot(clock, names=names, q=(0.0,) * 4, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 1.0))
+    ctrl = Controller(robot, hw, None, np.zeros(4), clock=clock, sleep=clock.sleep)
+    ctrl.request_ramp()
+    step(ctrl, clock, int(5.0 / PERIOD) + 5)
+    assert ctrl.mode is Mode.DAMP and ctrl.state_machine.fault_reason == "imu_check"
+    assert "never still" in ctrl.last_error
+    assert all(np.all(c.kp == 0.0) for _, c in robot.sent)
 
 
 def test_shutdown_damps_and_sends_damping():

@@ -20,7 +20,7 @@ NAMES = ("j0", "j1", "j2")
 
 
 def arm_hw(**safety) -> HardwareSpec:
-    """3-joint arm, limits +-1 rad, torque limit 10 N m, rate 50 Hz."""
+    """3-joint arm, limits +-1 rad, 20 rad/s, torque limit 10 N m, kp <= 500, kd <= 10, rate 50 Hz."""
     cfg = dict(joint_limit_margin=0.05, max_position_step=0.25, state_timeout_s=0.1, ramp_time_s=2.0, damping_kd=1.5)
     cfg.update(safety)
     return HardwareSpec(
@@ -29,10 +29,12 @@ def arm_hw(**safety) -> HardwareSpec:
         joint_names=NAMES,
         joint_lower=np.full(3, -1.0),
         joint_upper=np.full(3, 1.0),
-        velocity_limits=np.full(3, 5.0),
+        velocity_limits=np.full(3, 20.0),
         torque_limits=np.full(3, 10.0),
         kp=np.full(3, 20.0),
         kd=np.full(3, 1.0),
+        kp_max=np.full(3, 500.0),
+        kd_max=np.full(3, 10.0),
         control_rate_hz=50.0,
         safety=SafetyConfig(**cfg),
     )
@@ -48,6 +50,8 @@ velocity_limits: [10, 10, 10, 10]
 torque_limits: [20, 20, 20, 20]
 kp: [30, 30, 30, 30]
 kd: [1, 1, 1, 1]
+kp_max: [100, 100, 100, 100]
+kd_max: [5, 5, 5, 5]
 control_rate_hz: 50
 quaternion_order: {order}
 safety:
@@ -401,7 +405,7 @@ def test_ramp_command_values():
 
 # ------------------------------------------------------------------------------------------------ import rule
 
-DEPLOY_FILES = ("safety.py", "state_machine.py", "controller.py")
+DEPLOY_FILES = ("safety.py", "state_machine.py", "controller.py", "commands.py")
 
 
 @pytest.mark.parametrize("name", DEPLOY_FILES)

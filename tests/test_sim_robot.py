@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -50,6 +51,25 @@ def test_noise_and_clock():
     assert not np.array_equal(a.q, b.q) and np.abs(a.q - b.q).max() < 0.1
     robot.send_command(hold(robot, a.q))
     assert robot.read_state().stamp == robot.time > a.stamp
+
+
+def test_twin_runs_at_the_contracts_physics_dt():
+    """Training overrides the MJCF timestep with the contract's physics_dt; the twin must too."""
+    robot = SimRobot(REPO / "envs" / "panda.xml", PANDA, control_dt=0.02, physics_dt=0.0025)
+    assert robot.model.opt.timestep == 0.0025 and robot.substeps == 8
+    robot.send_command(hold(robot, robot.read_state().q))
+    assert robot.time == pytest.approx(0.02)
+    with pytest.raises(ValueError, match="control_dt = 0.021 is not a whole number of physics steps"):
+        SimRobot(REPO / "envs" / "panda.xml", PANDA, control_dt=0.021, physics_dt=0.0025)
+    from robo_rl.deploy.session import open_session
+
+    session = open_session(REPO / "policies" / "panda_reach.onnx", REPO / "hardware" / "panda.yaml", realtime=False)
+    assert session.robot.model.opt.timestep == session.policy.policy.contract.physics_dt
+
+
+def test_twin_refuses_a_base_that_disagrees_with_the_hardware_kind():
+    with pytest.raises(ValueError, match="has no free joint .* but hardware 'panda' is kind 'legged'"):
+        SimRobot(REPO / "envs" / "panda.xml", replace(PANDA, kind="legged"), control_dt=0.02)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -19,11 +19,14 @@ import numpy as np
 
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
-from robo_rl.deploy.safety import SafetyFilter
+from robo_rl.deploy.safety import STILL_GYRO_RAD_S, SafetyFilter
 from robo_rl.deploy.state_machine import Mode, StateMachine, ramp_command
 
 _COMMAND_FAULTS = ("invalid_state", "bad_command", "nan_command")
 """Filter interventions that mean the wanted command was unusable: the loop goes to DAMP."""
+
+STILL_TIMEOUT_S = 5.0
+"""RAMP waits (limp) at most this long for a still base before the gravity check; then it faults."""
 
 
 class PolicyStep(Protocol):
@@ -79,6 +82,10 @@ class Controller:
 
     Mode requests (`request_ramp`, `start_policy`, `stop`, `estop`, `reset`) may come from another
     thread (keyboard, joystick); they take effect on the next tick, at most one period later.
+
+    Legged robots: RAMP starts limp and waits until the gyro is quiet, then checks that the IMU's
+    gravity points down in the hardware's quaternion order (`SafetyFilter.check_upright`); only then
+    do the gains rise. A failed check faults ("imu_check") with the reason in `last_error`.
     """
 
     def __init__(
@@ -110,14 +117,16 @@ class Controller:
         self.hw = hw
         self.policy = policy
         self.default_q = q0
-        self.period = 1.0 / rate
         self._clock = clock
         self._sleep = sleep
-        self.safety = SafetyFilter(hw)
+        self.safety = SafetyFilter(hw, control_dt=1.0 / rate)
+        self.period = 1.0 / rate
         self.state_machine = StateMachine(hw.safety.ramp_time_s, now=clock())
         self._lock = threading.RLock()
         self._zeros = np.zeros(n)  # (J,) dq / tau_ff of every built command; the filter copies it
-        self._ramp_q: np.ndarray | None = None  # (J,) pose captured on the first RAMP tick
+        self._ramp_q: np.ndarray | None = None  # (J,) pose captured once RAMP may raise the gains
+        self._ramp_requested_at = 0.0
+        self._gravity_checked = False  # the start-up gravity check passed since the last request_ramp
         self.ticks = 0
         self.missed_ticks = 0
         self.last_fault: str | None = None
@@ -137,11 +146,24 @@ class Controller:
         """Current mode."""
         return self.state_machine.mode
 
+    @property
+    def period(self) -> float:
+        """Control period (s); setting it also sets the safety filter's per-tick step limit."""
+        return self._period
+
+    @period.setter
+    def period(self, value: float) -> None:
+        self.safety.control_dt = value  # validates
+        self._period = float(value)
+
     def request_ramp(self) -> None:
         """PASSIVE -> RAMP (soft start to default_q); ValueError from any other mode."""
         with self._lock:
-            self.state_machine.request_ramp(self._clock())
+            now = self._clock()
+            self.state_machine.request_ramp(now)
             self._ramp_q = None
+            self._ramp_requested_at = now
+            self._gravity_checked = False
 
     def start_policy(self) -> None:
         """READY -> POLICY after `policy.reset()`; ValueError without a policy or outside READY."""
@@ -181,6 +203,11 @@ class Controller:
         hw, zeros = self.hw, self._zeros
         if mode is Mode.PASSIVE:
             return JointCommand(hw.joint_names, self.safety.joint_positions(state), zeros, zeros, zeros, zeros)
+        if mode in (Mode.RAMP, Mode.READY) and not self._gravity_checked:
+            hold = self._ramp_gate(state, now)  # READY too: a zero ramp_time_s (unsafe override) skips RAMP
+            if hold is not None:
+                return hold
+            self._gravity_checked = True
         if mode is Mode.RAMP:
             if self._ramp_q is None:
                 self._ramp_q = self.safety.joint_positions(state)
@@ -193,6 +220,35 @@ class Controller:
         if q.shape != zeros.shape:
             raise ValueError(f"policy returned shape {q.shape}, expected {zeros.shape}")
         return JointCommand(hw.joint_names, q, zeros, self._policy_kp, self._policy_kd, zeros)
+
+    def _ramp_gate(self, state: RobotState, now: float) -> JointCommand | None:
+        """Before the gains rise: a limp command while the base moves; a fault when the IMU is wrong."""
+        still, problem = self.safety.check_upright(state)
+        if problem is not None:
+            self.last_error = problem
+            self._fault("imu_check", now)
+            return self.safety.damping_command(state)
+        if still:
+            return None
+        if now - self._ramp_requested_at > STILL_TIMEOUT_S:
+            self.last_error = (f"base never still for the gravity check before RAMP (|gyro| >= {STILL_GYRO_RAD_S} "
+                               f"rad/s for {STILL_TIMEOUT_S:g} s)")
+            self._fault("imu_check", now)
+            return self.safety.damping_command(state)
+        self.state_machine.hold_ramp(now)
+        zeros = self._zeros
+        return JointCommand(self.hw.joint_names, self.safety.joint_positions(state), zeros, zeros, zeros, zeros)
+
+    def _state_fault(self, reason: str, state: RobotState, now: float) -> None:
+        """A state fault; attitude and overspeed faults also leave a one-line detail in last_error."""
+        if reason == "overspeed":
+            self.last_error = self.safety.overspeed_detail(state)
+        elif reason == "attitude" and self.state_machine.mode in (Mode.PASSIVE, Mode.RAMP):
+            # Before the policy runs, a tilted reading is the start-up gravity check failing: report it as
+            # such, with the quaternion_order hint when the other order reads level.
+            self.last_error = self.safety.upright_detail(state)
+            reason = "imu_check"
+        self._fault(reason, now)
 
     def tick(self, now: float) -> JointCommand:
         """One control step at time `now`; returns the (filtered) command that was sent."""
@@ -208,7 +264,7 @@ class Controller:
             if state is not None:
                 reason = self.safety.check_state(state, now)
                 if reason is not None:
-                    self._fault(reason, now)
+                    self._state_fault(reason, state, now)
             mode = sm.mode
             cmd: JointCommand | None = None
             if state is not None and mode not in (Mode.DAMP, Mode.ESTOP):

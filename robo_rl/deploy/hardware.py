@@ -4,6 +4,8 @@ gains, rates and safety margins. Loaded and validated before anything connects t
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,22 +16,44 @@ import yaml
 
 @dataclass(frozen=True, kw_only=True)
 class SafetyConfig:
-    """Margins of the SafetyFilter and the state machine."""
+    """Margins of the SafetyFilter and the state machine.
 
-    joint_limit_margin: float = 0.05
-    """Position targets are clamped this far (rad) inside the joint limits."""
-    max_position_step: float = 0.25
-    """Largest change of a position target between two ticks (rad)."""
-    state_timeout_s: float = 0.1
-    """State older than this (by header stamp or by receive time) trips the watchdog -> DAMP."""
-    max_tilt_rad: float | None = None
-    """Legged robots: roll or pitch beyond this -> DAMP (None disables the attitude guard)."""
-    ramp_time_s: float = 2.0
-    """RAMP: time to move position and gains from the current pose to the default pose."""
-    damping_kd: float = 1.0
-    """DAMP: joint damping (N m s/rad) with zero stiffness."""
-    torque_margin: float = 1.0
-    """Torque check: |kp (q* - q) - kd dq| must stay below torque_margin * torque limit."""
+    Each field states its safe range (also in its metadata, `safe_range`); `load_hardware` refuses a file
+    with a value outside it (unless called with `allow_unsafe=True`, which accepts it with a loud warning
+    line per field).
+    """
+
+    joint_limit_margin: float = field(default=0.05, metadata={"safe_range": (0.0, 0.2, True)})
+    """Position targets are clamped this far (rad) inside the joint limits. Safe range [0, 0.2]."""
+    max_position_step: float = field(default=0.25, metadata={"safe_range": (0.0, 0.5, False)})
+    """Largest change of a position target between two ticks (rad); the filter also keeps every step
+    within velocity_limit * control period. Safe range (0, 0.5]."""
+    state_timeout_s: float = field(default=0.1, metadata={"safe_range": (0.0, 0.5, False)})
+    """State older than this (by header stamp or by receive time) trips the watchdog -> DAMP.
+    Safe range (0, 0.5] s."""
+    max_tilt_rad: float | None = field(default=None, metadata={"safe_range": (0.0, 1.5, False)})
+    """Legged robots: roll or pitch beyond this -> DAMP, and the IMU must point down within it before
+    RAMP. Required for `kind: legged` (safe range (0, 1.5] rad); ignored for arms (None allowed)."""
+    ramp_time_s: float = field(default=2.0, metadata={"safe_range": (0.5, 10.0, True)})
+    """RAMP: time to move position and gains from the current pose to the default pose.
+    Safe range [0.5, 10] s."""
+    damping_kd: float = field(default=1.0, metadata={"safe_range": (0.0, math.inf, False)})
+    """DAMP: joint damping (N m s/rad) with zero stiffness. Safe range (0, min(kd_max)]."""
+    torque_margin: float = field(default=1.0, metadata={"safe_range": (0.0, 1.0, False)})
+    """Torque check: |kp (q* - q) + kd (dq* - dq) + tau_ff| at the measured state stays within
+    torque_margin * torque limit. Safe range (0, 1]."""
+    overspeed_factor: float = field(default=1.2, metadata={"safe_range": (1.0, 1.5, True)})
+    """A measured |dq| above overspeed_factor * velocity limit is a state fault ("overspeed") -> DAMP;
+    the tolerance covers encoder noise and short transients. Safe range [1, 1.5]."""
+
+
+def safe_range(key: str) -> tuple[float, float, bool]:
+    """(low, high, low included) of SafetyConfig field `key`; high is always included."""
+    return SafetyConfig.__dataclass_fields__[key].metadata["safe_range"]
+
+
+def _range_text(low: float, high: float, closed: bool) -> str:
+    return f"{'[' if closed else '('}{low:g}, {high:g}]"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +69,14 @@ class HardwareSpec:
     velocity_limits: np.ndarray
     torque_limits: np.ndarray
     kp: np.ndarray
-    """Stiffness used to hold and ramp (POLICY uses the contract's gains)."""
+    """Stiffness used to hold and ramp (POLICY uses the contract's gains); 0 <= kp <= kp_max."""
     kd: np.ndarray
+    """Damping used to hold and ramp; 0 <= kd <= kd_max."""
+    kp_max: np.ndarray
+    """Largest stiffness the robot accepts per joint (N m/rad): policies asking for more are refused at
+    load, and the SafetyFilter clips every command's kp to it."""
+    kd_max: np.ndarray
+    """Largest damping the robot accepts per joint (N m s/rad); as kp_max."""
     control_rate_hz: float
     """Rate of the policy loop; must match the contract's 1 / policy_dt."""
     quaternion_order: str = "wxyz"
@@ -70,7 +100,8 @@ _KINDS = ("legged", "arm")
 _QUAT_ORDERS = ("wxyz", "xyzw")
 
 
-def _vector(raw: dict[str, Any], key: str, n: int, path: str) -> np.ndarray:
+def _vector(raw: dict[str, Any], key: str, n: int, path: str, *, positive: bool = False,
+            nonnegative: bool = False) -> np.ndarray:
     value = raw.get(key)
     if not isinstance(value, list) or len(value) != n:
         raise ValueError(f"{path}: {key} must be a list of {n} numbers (one per joint)")
@@ -80,11 +111,53 @@ def _vector(raw: dict[str, Any], key: str, n: int, path: str) -> np.ndarray:
         raise ValueError(f"{path}: {key} must hold numbers only") from None
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{path}: {key} holds a non-finite value")
+    if positive and np.any(arr <= 0):
+        raise ValueError(f"{path}: {key} = {value}: every entry must be > 0")
+    if nonnegative and np.any(arr < 0):
+        raise ValueError(f"{path}: {key} = {value}: every entry must be >= 0")
     return arr
 
 
-def load_hardware(path: str | Path) -> HardwareSpec:
-    """Read and validate `hardware/<robot>.yaml`; ValueError with one line naming the problem."""
+def _check_safety(safety: SafetyConfig, kind: str, kd_max: np.ndarray, path: Path, allow_unsafe: bool,
+                  warn: Callable[[str], None]) -> None:
+    """Refuse (or, with allow_unsafe, loudly accept) safety values outside their safe range."""
+    for key, value in vars(safety).items():
+        if value is None:
+            if key == "max_tilt_rad" and kind == "legged":
+                raise ValueError(f"{path}: safety.max_tilt_rad is missing: a legged robot needs the attitude "
+                                 f"guard (safe range {_range_text(*safe_range(key))} rad)")
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{path}: safety.{key} = {value!r}: must be a non-negative number")
+        low, high, closed = safe_range(key)
+        if key == "damping_kd":
+            high = float(kd_max.min())
+        inside = (value >= low if closed else value > low) and value <= high
+        if not inside:
+            text = f"{path}: safety.{key} = {value!r} is outside its safe range {_range_text(low, high, closed)}"
+            if not allow_unsafe:
+                raise ValueError(text + " (load_hardware(..., allow_unsafe=True) overrides, for experts)")
+            warn(f"WARNING: UNSAFE HARDWARE OVERRIDE: {text}; accepted because allow_unsafe is set")
+
+
+def _print_warning(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
+                  warn: Callable[[str], None] | None = None) -> HardwareSpec:
+    """Read and validate `hardware/<robot>.yaml` before anything connects to the robot.
+
+    Refuses (ValueError, one line naming the field): unknown keys, malformed joint arrays, non-finite
+    numbers, limits not positive, gains negative or above kp_max / kd_max, a legged robot without
+    `safety.max_tilt_rad`, and any safety value outside the safe range its SafetyConfig field states.
+
+    Args:
+        path: the YAML file.
+        allow_unsafe: accept safety values outside their safe range (experts only); each is reported
+            through `warn` as a line starting "WARNING: UNSAFE HARDWARE OVERRIDE".
+        warn: where warning lines go (default: stderr).
+    """
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"hardware file {str(p)!r} does not exist")
@@ -122,9 +195,9 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     if unknown:
         raise ValueError(f"{p}: unknown safety key(s) {', '.join(unknown)}")
     safety = SafetyConfig(**safety_raw)
-    for key, value in vars(safety).items():
-        if value is not None and (not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0):
-            raise ValueError(f"{p}: safety.{key} = {value!r}: must be a non-negative number")
+    kp_max = _vector(raw, "kp_max", n, str(p), positive=True)
+    kd_max = _vector(raw, "kd_max", n, str(p), positive=True)
+    _check_safety(safety, kind, kd_max, p, allow_unsafe, warn or _print_warning)
 
     spec = HardwareSpec(
         robot=str(raw.get("robot", p.stem)),
@@ -132,10 +205,12 @@ def load_hardware(path: str | Path) -> HardwareSpec:
         joint_names=tuple(names),
         joint_lower=_vector(raw, "joint_lower", n, str(p)),
         joint_upper=_vector(raw, "joint_upper", n, str(p)),
-        velocity_limits=_vector(raw, "velocity_limits", n, str(p)),
-        torque_limits=_vector(raw, "torque_limits", n, str(p)),
-        kp=_vector(raw, "kp", n, str(p)),
-        kd=_vector(raw, "kd", n, str(p)),
+        velocity_limits=_vector(raw, "velocity_limits", n, str(p), positive=True),
+        torque_limits=_vector(raw, "torque_limits", n, str(p), positive=True),
+        kp=_vector(raw, "kp", n, str(p), nonnegative=True),
+        kd=_vector(raw, "kd", n, str(p), nonnegative=True),
+        kp_max=kp_max,
+        kd_max=kd_max,
         control_rate_hz=float(rate),
         quaternion_order=quat,
         safety=safety,
@@ -144,4 +219,10 @@ def load_hardware(path: str | Path) -> HardwareSpec:
     bad = [spec.joint_names[i] for i in np.flatnonzero(spec.joint_lower >= spec.joint_upper)]
     if bad:
         raise ValueError(f"{p}: joint_lower must be below joint_upper for {', '.join(bad)}")
+    for key, limit in (("kp", "kp_max"), ("kd", "kd_max")):
+        values, bound = getattr(spec, key), getattr(spec, limit)
+        over = np.flatnonzero(values > bound)
+        if over.size:
+            i = int(over[0])
+            raise ValueError(f"{p}: {key} for {spec.joint_names[i]} = {values[i]:g} exceeds {limit} = {bound[i]:g}")
     return spec

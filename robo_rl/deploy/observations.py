@@ -7,6 +7,8 @@ Inputs are single states (no batch dimension); quaternions are (w, x, y, z).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from robo_rl.contract import DeployContract
@@ -95,7 +97,7 @@ class ObservationBuilder:
         return self._index
 
     def terms(
-        self, state: RobotState, *, commands: dict[str, np.ndarray], action: np.ndarray
+        self, state: RobotState, *, commands: Mapping[str, np.ndarray], action: np.ndarray
     ) -> dict[str, np.ndarray]:
         """Every term this state and these commands provide, unscaled.
 
@@ -124,7 +126,7 @@ class ObservationBuilder:
             out["target_pos"] = target_pos(commands["target_pos"], _BASE_ORIGIN)
         return out
 
-    def build(self, state: RobotState, *, commands: dict[str, np.ndarray], action: np.ndarray) -> np.ndarray:
+    def build(self, state: RobotState, *, commands: Mapping[str, np.ndarray], action: np.ndarray) -> np.ndarray:
         """Policy input (O,) float32: terms in contract order, scaled and clipped like in training."""
         values = self.terms(state, commands=commands, action=action)
         parts = []

@@ -6,11 +6,13 @@ numpy + onnxruntime only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from robo_rl.contract import DeployContract
+from robo_rl.deploy.commands import OperatorCommands
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.observations import ObservationBuilder
 from robo_rl.deploy.robot import RobotState
@@ -24,8 +26,9 @@ OUTPUT_NAMES = ("actions", "joint_targets")
 class OnnxPolicy:
     """An exported policy file and the contract it carries.
 
-    Raises ValueError (one line) if the file is missing, corrupt or truncated, has no contract, or
-    its inputs and outputs are not the ones the exporter writes.
+    Raises ValueError (one line) if the file is missing, corrupt or truncated, has no contract, a
+    malformed one (`DeployContract.validate`), or its inputs and outputs are not the ones the exporter
+    writes.
     """
 
     def __init__(self, path: str | Path):
@@ -46,6 +49,7 @@ class OnnxPolicy:
         if CONTRACT_KEY not in meta:
             raise ValueError(f"policy file {p} carries no deploy contract (metadata key {CONTRACT_KEY!r})")
         self.contract = DeployContract.from_json(meta[CONTRACT_KEY])
+        self.contract.validate()  # before anything below relies on its fields
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         if inputs != [INPUT_NAME] or tuple(outputs) != OUTPUT_NAMES:
@@ -66,8 +70,30 @@ class OnnxPolicy:
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
 
 
+_IMU_TERMS = ("base_ang_vel", "projected_gravity", "base_lin_vel")
+"""Terms that need a floating base with an IMU (a `legged` robot)."""
+
+
+def computable_terms(kind: str) -> tuple[str, ...]:
+    """Observation terms the deploy side computes on a robot of `kind` (see ObservationBuilder.terms)."""
+    common = ("joint_pos_rel", "joint_vel", "last_action")
+    if kind == "legged":
+        return common + _IMU_TERMS + ("velocity_command",)
+    return common + ("ee_pos", "target_pos")
+
+
 def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
-    """Refuse to run a policy whose contract disagrees with the robot; ValueError naming the mismatch."""
+    """Refuse to run a policy whose contract is malformed or disagrees with the robot, before anything moves.
+
+    Checks the contract on its own (`DeployContract.validate`), then against the hardware: joints,
+    robot, rate, observation terms computable on this robot kind (IMU terms need `kind: legged`),
+    history and chunk 1 (the deploy side stacks no history and runs no chunks), default pose inside
+    the limits, torque limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max).
+
+    Raises:
+        ValueError: one line naming the field (and the joint where there is one).
+    """
+    contract.validate()
     names = contract.joint_names
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -96,6 +122,27 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     over = [names[i] for i in np.flatnonzero(np.asarray(contract.torque_limits) > hw.torque_limits[idx] * (1 + 1e-6))]
     if over:
         raise ValueError(f"policy was trained with torque limits above the robot's for {', '.join(over)}")
+    for key, limit in (("kp", "kp_max"), ("kd", "kd_max")):
+        wanted, bound = np.asarray(getattr(contract, key)), getattr(hw, limit)[idx]
+        too_high = np.flatnonzero(wanted > bound * (1 + 1e-9))
+        if too_high.size:
+            i = int(too_high[0])
+            raise ValueError(f"contract {key} for {names[i]} = {wanted[i]:g} exceeds the robot's {limit} = "
+                             f"{bound[i]:g} (hardware {hw.robot!r})")
+    allowed = computable_terms(hw.kind)
+    for t in contract.observation:
+        if t.name in _IMU_TERMS and hw.kind != "legged":
+            raise ValueError(f"contract observation term {t.name!r} needs an IMU on a floating base, but hardware "
+                             f"{hw.robot!r} is kind {hw.kind!r} (is kind wrong in the hardware file?)")
+        if t.name not in allowed:
+            raise ValueError(f"contract observation term {t.name!r} is not computed by the deploy side on a "
+                             f"{hw.kind} robot (computable: {', '.join(allowed)})")
+        if t.history != 1:
+            raise ValueError(f"contract observation term {t.name!r} history = {t.history}: the deploy side "
+                             f"stacks no history (must be 1)")
+    if contract.action.chunk != 1:
+        raise ValueError(f"contract action.chunk = {contract.action.chunk}: the deploy side runs one action "
+                         f"per inference (must be 1)")
 
 
 class PolicyStep:
@@ -106,15 +153,21 @@ class PolicyStep:
     Args:
         policy: the loaded ONNX policy.
         hw: the robot (validated against the policy's contract here).
-        commands: operator inputs by observation term name ({"velocity_command": ...}); updated in place
-            by whoever drives the robot (keyboard, ROS topic, test).
+        commands: initial operator inputs by observation term name ({"velocity_command": ...}); the rest
+            start neutral. Checked and clamped like every later change (see OperatorCommands).
+        warn: receives one line per clamped operator input (default: stderr).
+
+    `commands` (an OperatorCommands) may be changed while running, by whoever drives the robot
+    (keyboard, ROS topic, test), through `set_command` or `commands[name] = value`: both check the value.
     """
 
-    def __init__(self, policy: OnnxPolicy, hw: HardwareSpec, commands: dict[str, np.ndarray] | None = None):
+    def __init__(self, policy: OnnxPolicy, hw: HardwareSpec, commands: Mapping[str, object] | None = None,
+                 warn: Callable[[str], None] | None = None):
         validate_contract(policy.contract, hw)
         self.policy = policy
         self.hw = hw
-        self.commands = commands if commands is not None else {}
+        self.commands = OperatorCommands(policy.contract, warn)
+        self.commands.update(commands or {})
         self.builder = ObservationBuilder(policy.contract, hw)
         self.robot_index = hw.index_of(policy.contract.joint_names)  # (A,) robot position of each policy joint
         n = len(hw.joint_names)
@@ -127,6 +180,15 @@ class PolicyStep:
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
+
+    def set_command(self, name: str, value: object) -> np.ndarray:
+        """Change one operator input; returns the value used (clamped to the trained range, with a warning).
+
+        Raises:
+            ValueError: the policy does not take `name`, or `value` is not finite numbers of the right size.
+        """
+        self.commands[name] = value
+        return self.commands[name]
 
     def reset(self) -> None:
         self.last_action[:] = 0.0

@@ -1,7 +1,8 @@
 """SafetyFilter: the last stage before any command reaches the robot (DESIGN.md section 4).
 
-Checks every state (NaN/Inf, stale-state watchdog, missing joints, attitude) and makes every command
-safe (NaN guard, joint-limit clamp with margin, per-tick rate limit, torque check, latched e-stop).
+Checks every state (NaN/Inf, stale-state watchdog, missing joints, overspeed, attitude, and before RAMP
+that the IMU's gravity points down) and makes every command safe (NaN guard, gain bounds, velocity-target
+limit, joint-limit clamp with margin, per-tick rate limit, torque budget, latched e-stop).
 Runs every tick at 50-500 Hz: scratch buffers are allocated once; only the arrays of the command it
 returns are fresh each tick, because a transport may keep a command it was handed (a queue, a log).
 
@@ -18,20 +19,33 @@ import numpy as np
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
 
-STATE_FAULTS = ("bad_state", "nan_state", "stale_state", "missing_joint", "missing_imu", "attitude")
-"""Reasons `check_state` may return."""
+STATE_FAULTS = ("bad_state", "nan_state", "stale_state", "missing_joint", "overspeed", "missing_imu", "attitude")
+"""Reasons `check_state` may return. (The Controller reports an "attitude" before POLICY, and a failed
+gravity check before RAMP raises the gains, as "imu_check" with the reason in `last_error`.)"""
 
-INTERVENTIONS = ("estop", "invalid_state", "bad_command", "nan_command", "joint_limit", "rate_limit", "torque_limit")
-"""Names `filter_command` may report."""
+INTERVENTIONS = (
+    "estop",  # e-stop latched: damping command
+    "invalid_state",  # state unusable (unmapped, NaN): damping command
+    "bad_command",  # command misshapen, joints missing or negative gains: damping command
+    "nan_command",  # NaN/Inf in the command: damping command
+    "gain_limit",  # kp or kd above the hardware's kp_max / kd_max: clipped
+    "velocity_limit",  # velocity target beyond +-velocity_limits: clipped
+    "joint_limit",  # position target outside [lower + margin, upper - margin]: clamped
+    "rate_limit",  # position target moved more than the per-tick step: limited
+    "feedforward_limit",  # |tau_ff| above the torque budget: clipped
+    "damping_limit",  # kd (dq* - dq) + tau_ff above the budget: kd lowered (the motor would saturate)
+    "torque_limit",  # PD + feed-forward torque above the budget: position target moved toward measured q
+    "stiffness_limit",  # no in-limit target keeps the torque in budget: kp lowered
+)
+"""Names `filter_command` may report, in the order the filter applies them."""
+
+STILL_GYRO_RAD_S = 0.2
+"""The base counts as still (for the gravity check before RAMP) while |gyro| is below this (rad/s)."""
 
 
 def all_finite(a: np.ndarray) -> bool:
-    """True when no element of `a` is NaN or Inf.
-
-    One reduction, no temporary array: any NaN or Inf makes the sum non-finite (finite joint values
-    never sum past 1e308).
-    """
-    return math.isfinite(float(np.add.reduce(a, axis=None)))
+    """True when no element of `a` is NaN or Inf (huge finite values included: no sum that could overflow)."""
+    return bool(np.isfinite(a).all())
 
 
 def name_index(source: tuple[str, ...], target: tuple[str, ...]) -> np.ndarray | None:
@@ -81,6 +95,50 @@ def quat_roll_pitch(quat: np.ndarray, order: str = "wxyz") -> tuple[float, float
     return roll, pitch
 
 
+def gravity_tilt(quat: np.ndarray, order: str = "wxyz") -> float:
+    """Angle (rad, [0, pi]) between the base's -z axis and gravity for a base orientation quaternion.
+
+    0 when the base is level, pi when upside down; yaw does not matter. The quaternion need not be
+    unit length. Computed from the z row of the rotation matrix: cos(tilt) = (w^2 + z^2 - x^2 - y^2) / |q|^2.
+    """
+    if order == "wxyz":
+        w, x, y, z = (float(v) for v in quat)
+    elif order == "xyzw":
+        x, y, z, w = (float(v) for v in quat)
+    else:
+        raise ValueError(f"quaternion order {order!r}: allowed values are wxyz, xyzw")
+    n = w * w + x * x + y * y + z * z
+    return math.acos(max(-1.0, min(1.0, (w * w + z * z - x * x - y * y) / n)))
+
+
+def upright_problem(quat: np.ndarray, order: str, max_tilt: float) -> str | None:
+    """Why an IMU quaternion read in `order` does not show a base standing level, or None.
+
+    Used before RAMP while the base is still: gravity must point down within `max_tilt`. When the
+    same four numbers read in the other order would point down, the message says quaternion_order
+    looks wrong. Physics limit: for a level base the misread quaternion shows a tilt equal to the
+    heading's distance from a blind heading, |yaw| for xyzw data read as wxyz and |180 deg - yaw| for
+    wxyz data read as xyzw (at the blind heading it is a pure 180 deg yaw: same gravity). So a robot
+    standing within max_tilt of that heading passes; at any other heading (e.g. 90 deg) it is caught.
+    """
+    if not np.any(quat):
+        return "IMU quaternion is all zeros"
+    tilt = gravity_tilt(quat, order)
+    if tilt <= max_tilt:
+        return None
+    msg = (f"IMU gravity points {math.degrees(tilt):.0f} deg from straight down in quaternion_order {order} "
+           f"(limit {math.degrees(max_tilt):.0f} deg) while the base is still")
+    other = "xyzw" if order == "wxyz" else "wxyz"
+    if gravity_tilt(quat, other) <= max_tilt:
+        msg += f"; read as {other} it points down: quaternion_order looks wrong"
+    return msg
+
+
+def _clip(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """np.clip(a, lo, hi, out=out) for lo <= hi, at a third of its per-call overhead on small arrays."""
+    return np.minimum(np.maximum(a, lo, out=out), hi, out=out)
+
+
 class _NameCache:
     """Remembers the last name order seen, so mapping costs one tuple comparison per tick."""
 
@@ -106,13 +164,15 @@ class SafetyFilter:
 
     Args:
         hw: the robot's description; its `safety` section sets every margin.
+        control_dt: control period (s) the filter runs at, for the velocity-based step limit
+            (default 1 / hw.control_rate_hz); settable later through `control_dt`.
 
     Call `check_state` once per tick before computing a command and `filter_command` on every command
     before it is sent. Stateful: remembers the previous filtered target (rate limit), the last stamp
     (frozen-clock watchdog), the last finite measured pose (damping target) and the latched e-stop.
     """
 
-    def __init__(self, hw: HardwareSpec):
+    def __init__(self, hw: HardwareSpec, control_dt: float | None = None):
         self.hw = hw
         self.cfg = hw.safety
         n = len(hw.joint_names)
@@ -123,8 +183,17 @@ class SafetyFilter:
         inverted = self._lo > self._hi
         self._lo[inverted] = mid[inverted]
         self._hi[inverted] = mid[inverted]
-        self._tau_max = self.cfg.torque_margin * hw.torque_limits  # (J,)
-        self._damping_kd = np.full(n, self.cfg.damping_kd)  # (J,)
+        self._tau_max = self.cfg.torque_margin * hw.torque_limits  # (J,) torque budget
+        # The filter aims a hair inside the budget so float rounding can never land a torque outside it.
+        self._tau_aim = self._tau_max * (1.0 - 1e-9)  # (J,)
+        self._kp_max = np.asarray(hw.kp_max, dtype=np.float64)  # (J,)
+        self._kd_max = np.asarray(hw.kd_max, dtype=np.float64)  # (J,)
+        self._vel_max = np.asarray(hw.velocity_limits, dtype=np.float64)  # (J,)
+        self._neg_vel_max = -self._vel_max  # (J,)
+        self._overspeed = self.cfg.overspeed_factor * self._vel_max  # (J,) measured |dq| beyond: fault
+        self._damping_kd = np.minimum(self.cfg.damping_kd, self._kd_max)  # (J,)
+        self._step = np.zeros(n)  # (J,) per-tick position step, set by control_dt
+        self.control_dt = 1.0 / hw.control_rate_hz if control_dt is None else control_dt
         self._zeros = np.zeros(n)  # (J,) read-only by convention
         self._state_names = _NameCache(hw.joint_names)
         self._cmd_names = _NameCache(hw.joint_names)
@@ -134,8 +203,10 @@ class SafetyFilter:
         self._ref = np.zeros(n)
         self._tmp = np.zeros(n)
         self._tau = np.zeros(n)
+        self._fixed = np.zeros(n)  # kd (dq* - dq) + tau_ff: the torque q* cannot change
         self._changed = np.zeros(n, dtype=bool)
         self._active = np.zeros(n, dtype=bool)  # kp > 0 in the command being filtered
+        self._damped = np.zeros(n, dtype=bool)  # kd > 0 in the command being filtered
         # Memory across ticks.
         self._q_known = np.clip(np.zeros(n), hw.joint_lower, hw.joint_upper)  # last finite measured q
         self._prev_q = np.zeros(n)  # previous filtered position target
@@ -143,6 +214,18 @@ class SafetyFilter:
         self._last_stamp: float | None = None
         self._stamp_advanced_at = 0.0
         self._estopped = False
+
+    @property
+    def control_dt(self) -> float:
+        """Control period (s); the position step per tick is min(max_position_step, velocity_limit * dt)."""
+        return self._dt
+
+    @control_dt.setter
+    def control_dt(self, dt: float) -> None:
+        if not (isinstance(dt, (int, float)) and math.isfinite(dt) and dt > 0):
+            raise ValueError(f"control_dt = {dt!r}: must be a finite number > 0 (s)")
+        self._dt = float(dt)
+        np.minimum(self.cfg.max_position_step, self._vel_max * self._dt, out=self._step)
 
     # ----------------------------------------------------------------------------------------------- e-stop
 
@@ -196,6 +279,7 @@ class SafetyFilter:
         Returns:
             One of STATE_FAULTS or None: "bad_state" (arrays do not match joint_names), "nan_state",
             "stale_state" (received too long ago, or the robot's stamp frozen too long), "missing_joint",
+            "overspeed" (a measured |dq| above overspeed_factor * velocity limit),
             "missing_imu" / "attitude" (legged robots with `safety.max_tilt_rad` set).
         """
         timeout = self.cfg.state_timeout_s
@@ -219,9 +303,12 @@ class SafetyFilter:
                     return "bad_state"
                 if not all_finite(extra):
                     return "nan_state"
-        ok, _ = self._state_names.lookup(state.joint_names)
+        ok, idx = self._state_names.lookup(state.joint_names)
         if not ok:
             return "missing_joint"
+        dq = np.abs(state.dq if idx is None else np.asarray(state.dq)[idx])  # (J,) robot order
+        if (dq > self._overspeed).any():
+            return "overspeed"
         if self.hw.kind == "legged" and self.cfg.max_tilt_rad is not None:
             if state.imu_quat is None:
                 return "missing_imu"
@@ -232,6 +319,36 @@ class SafetyFilter:
                 return "attitude"
         return None
 
+    def overspeed_detail(self, state: RobotState) -> str:
+        """One line naming the fastest joint relative to its limit (for the operator after "overspeed")."""
+        ok, idx = self._state_names.lookup(state.joint_names)
+        if not ok or np.shape(state.dq) != (len(state.joint_names),):
+            return "overspeed"
+        dq = np.abs(state.dq if idx is None else np.asarray(state.dq)[idx])  # (J,)
+        i = int(np.argmax(dq / self._vel_max))
+        return (f"{self.hw.joint_names[i]} measured |dq| = {dq[i]:.3g} rad/s above {self.cfg.overspeed_factor:g} x "
+                f"velocity limit {self._vel_max[i]:g} rad/s")
+
+    def upright_detail(self, state: RobotState) -> str:
+        """One line on the IMU's gravity direction (for the operator after "attitude" before POLICY)."""
+        if self.cfg.max_tilt_rad is None or state.imu_quat is None:
+            return "no IMU attitude to report"
+        problem = upright_problem(np.asarray(state.imu_quat), self.hw.quaternion_order, self.cfg.max_tilt_rad)
+        return problem or f"roll or pitch beyond safety.max_tilt_rad = {self.cfg.max_tilt_rad:g} rad"
+
+    def check_upright(self, state: RobotState) -> tuple[bool, str | None]:
+        """Gravity check before RAMP on legged robots: (still, problem).
+
+        `still` is False while the gyro reads STILL_GYRO_RAD_S or more (the check cannot judge yet); once
+        still, `problem` is a one-line reason (see `upright_problem`) or None. Robots without an IMU or
+        of kind `arm` are always (True, None).
+        """
+        if self.hw.kind != "legged" or state.imu_quat is None or self.cfg.max_tilt_rad is None:
+            return True, None
+        if state.imu_gyro is not None and float(np.linalg.norm(state.imu_gyro)) >= STILL_GYRO_RAD_S:
+            return False, None
+        return True, upright_problem(np.asarray(state.imu_quat), self.hw.quaternion_order, self.cfg.max_tilt_rad)
+
     def joint_positions(self, state: RobotState) -> np.ndarray:
         """Measured q in robot order, (J,) fresh array; ValueError when the state cannot be mapped or is NaN."""
         if not all(self._load_state(state)):
@@ -241,23 +358,41 @@ class SafetyFilter:
     # ----------------------------------------------------------------------------------------------- commands
 
     def damping_command(self, state: RobotState | None) -> JointCommand:
-        """Zero stiffness, `safety.damping_kd` damping, q = measured q, in robot order.
+        """Zero stiffness, `safety.damping_kd` damping, q = measured q (clamped to the limits), robot order.
+
+        Where the measured speed is so high that damping_kd |dq| would exceed the torque budget, that
+        joint's kd is lowered to budget / |dq| (the motor would saturate there anyway), so even the
+        damping command keeps its torque within the budget.
 
         Args:
             state: newest reading, or None when none could be read. Joints that are missing or NaN in it
                 keep the last finite measured position (with kp = 0 the target exerts no torque anyway).
         """
+        return self._damping(state)[0]
+
+    def _damping(self, state: RobotState | None) -> tuple[JointCommand, bool]:
+        """(damping command, True when a joint's damping was lowered to keep it within the budget)."""
         mapped = state is not None and self._load_state(state)[0]
         q = self._q_known.copy()  # (J,)
+        kd = self._damping_kd.copy()  # (J,)
+        limited = False
         if mapped:
             np.copyto(q, self._q, where=np.isfinite(self._q))
             np.copyto(self._q_known, q)
-        return JointCommand(self.hw.joint_names, q, self._zeros.copy(), self._zeros.copy(), self._damping_kd.copy(),
-                            self._zeros.copy())
+            np.clip(q, self._lo, self._hi, out=q)  # no effect with kp = 0, but keeps every q* inside the limits
+            with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+                speed = np.abs(self._dq)  # (J,)
+                fast = np.isfinite(speed) & (kd * speed > self._tau_aim)
+                if fast.any():
+                    kd[fast] = self._tau_aim[fast] / speed[fast]
+                    limited = True
+        return JointCommand(self.hw.joint_names, q, self._zeros.copy(), self._zeros.copy(), kd,
+                            self._zeros.copy()), limited
 
     def _damp(self, state: RobotState | None, reason: str) -> tuple[JointCommand, list[str]]:
         self._prev_active[:] = False
-        return self.damping_command(state), [reason]
+        cmd, limited = self._damping(state)
+        return cmd, [reason, "damping_limit"] if limited else [reason]
 
     def _gather(self, a: np.ndarray, idx: np.ndarray | None) -> np.ndarray:
         """A fresh float64 (J,) copy of `a` in robot order."""
@@ -266,15 +401,28 @@ class SafetyFilter:
     def filter_command(self, cmd: JointCommand, state: RobotState | None) -> tuple[JointCommand, list[str]]:
         """Make `cmd` safe to send.
 
+        Guarantees, for every joint and every input, of the command returned: kp, kd finite, in
+        [0, kp_max] / [0, kd_max]; |dq*| <= velocity_limits; q* inside [lower + margin, upper - margin];
+        |kp (q* - q) + kd (dq* - dq) + tau_ff| <= torque_margin * torque_limits at the measured (q, dq).
+        The damping commands returned on a refusal meet them too (q clamped, kd lowered where the
+        measured speed would need more than the budget). tests/test_deploy_properties.py checks all of
+        this on generated inputs.
+
         In order: latched e-stop -> damping ("estop"); unusable state -> damping ("invalid_state");
         command not covering the robot's joints, misshapen or with negative gains -> damping
-        ("bad_command"); NaN/Inf anywhere -> damping ("nan_command"); position targets clamped to
-        [lower + margin, upper - margin] ("joint_limit"); per-tick change limited to max_position_step
-        from the previous filtered target, or from measured q where the previous target had kp = 0
-        ("rate_limit"); targets whose PD torque kp (q* - q) + kd (dq* - dq) + tau_ff would exceed
-        torque_margin * torque_limits moved so it sits exactly at the limit ("torque_limit").
-        The torque check runs last: it is the actuator's hard bound. Clamping a target of a joint
-        with kp = 0 has no physical effect and is not reported.
+        ("bad_command"); NaN/Inf anywhere -> damping ("nan_command"). Then, each reported when it
+        changed something: gains clipped to kp_max / kd_max ("gain_limit"); velocity target clipped to
+        +-velocity_limits ("velocity_limit"); position target clamped to the limits ("joint_limit");
+        per-tick change limited to min(max_position_step, velocity_limit * control_dt) from the previous
+        filtered target, or from measured q where the previous target had kp = 0 ("rate_limit"), and
+        clamped to the limits again (a measured q outside them must not drag the target out). Last the
+        torque budget B = torque_margin * torque_limits, which wins over the rate limit (it is the
+        actuator's hard bound): tau_ff clipped to +-B ("feedforward_limit"); where kd (dq* - dq) + tau_ff
+        still exceeds B, kd lowered until it fits ("damping_limit"); where kp (q* - q) adds too much, q*
+        moved toward the measured q, staying inside the limits ("torque_limit"); where no in-limit q*
+        can fit (measured q far outside the limits with a large kp), q* set to the nearest limit and kp
+        lowered until it fits ("stiffness_limit"). Clamping a target that has no physical effect (q* of
+        a joint with kp = 0, dq* of one with kd = 0) is done but not reported.
 
         Args:
             cmd: the wanted command, joints in any order (mapped by name).
@@ -299,43 +447,100 @@ class SafetyFilter:
             return self._damp(state, "bad_command")
 
         interventions: list[str] = []
-        active, changed, tmp = self._active, self._changed, self._tmp
+        active, damped, tmp = self._active, self._damped, self._tmp
+
+        # Gains within what the hardware accepts.
+        if (kp > self._kp_max).any() or (kd > self._kd_max).any():
+            np.minimum(kp, self._kp_max, out=kp)
+            np.minimum(kd, self._kd_max, out=kd)
+            interventions.append("gain_limit")
         np.greater(kp, 0.0, out=active)
+        np.greater(kd, 0.0, out=damped)
 
-        np.clip(q, self._lo, self._hi, out=tmp)
-        if self._replace(q, tmp):
-            interventions.append("joint_limit")
+        # Velocity target within the joint's velocity limit.
+        _clip(dq, self._neg_vel_max, self._vel_max, tmp)
+        if self._replace(dq, tmp, damped):
+            interventions.append("velocity_limit")
 
+        # Position target: clamp, rate limit, clamp again (the limits win over the rate limit).
+        _clip(q, self._lo, self._hi, tmp)
+        clamped = self._replace(q, tmp, active)  # (the clamp before the rate limit; reported below)
         ref = self._ref  # rate-limit reference: previous target where it had stiffness, else measured q
         np.copyto(ref, self._q)
         np.copyto(ref, self._prev_q, where=self._prev_active)
-        step = self.cfg.max_position_step
-        np.clip(q, ref - step, ref + step, out=tmp)
-        if self._replace(q, tmp):
+        np.subtract(ref, self._step, out=tmp)
+        np.maximum(q, tmp, out=tmp)
+        np.add(ref, self._step, out=ref)
+        np.minimum(tmp, ref, out=tmp)
+        rated = self._replace(q, tmp, active)
+        _clip(q, self._lo, self._hi, tmp)
+        if self._replace(q, tmp, active) or clamped:
+            interventions.append("joint_limit")
+        if rated:
             interventions.append("rate_limit")
 
-        # tau = kp (q* - q) + kd (dq* - dq) + tau_ff, all (J,)
-        tau_pd = self._tau
-        np.subtract(q, self._q, out=tau_pd)
-        tau_pd *= kp
-        np.subtract(dq, self._dq, out=tmp)
-        tmp *= kd
-        tmp += tau
-        tau_pd += tmp  # tmp keeps the part q* cannot change: kd (dq* - dq) + tau_ff
-        np.greater(np.abs(tau_pd), self._tau_max, out=changed)
-        changed &= active
-        if changed.any():
-            np.clip(tau_pd, -self._tau_max, self._tau_max, out=tau_pd)
-            q[changed] = self._q[changed] + (tau_pd[changed] - tmp[changed]) / kp[changed]
-            interventions.append("torque_limit")
-
+        self._torque_budget(q, dq, kp, kd, tau, interventions)
         np.copyto(self._prev_q, q)
-        np.copyto(self._prev_active, active)
+        np.greater(kp, 0.0, out=self._prev_active)
         return JointCommand(self.hw.joint_names, q, dq, kp, kd, tau), interventions
 
-    def _replace(self, q: np.ndarray, new: np.ndarray) -> bool:
-        """q <- new everywhere; True when a joint with stiffness changed."""
-        np.not_equal(q, new, out=self._changed)
-        self._changed &= self._active
-        np.copyto(q, new)
+    def _torque_budget(self, q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarray, tau: np.ndarray,
+                       interventions: list[str]) -> None:
+        """Fit kp (q* - q) + kd (dq* - dq) + tau_ff within the budget at the measured state; edits in place.
+
+        All (J,). Works against the aim `_tau_aim` (the budget less 1e-9 of it) so rounding stays inside
+        the budget. Huge measured values may overflow to inf in intermediate products; every such case
+        is clipped to the budget, so the warnings are silenced here.
+        """
+        budget, qm = self._tau_aim, self._q
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            # Feed-forward alone within the budget.
+            if (np.abs(tau) > budget).any():
+                _clip(tau, -budget, budget, tau)
+                interventions.append("feedforward_limit")
+            # The part q* cannot change: kd (dq* - dq) + tau_ff.
+            fixed, vel_err = self._fixed, self._tau
+            np.subtract(dq, self._dq, out=vel_err)
+            np.multiply(kd, vel_err, out=fixed)
+            fixed += tau
+            over = np.abs(fixed) > budget
+            if over.any():
+                # |tau_ff| <= B, so [-B - tau_ff, B - tau_ff] holds 0: the lowered kd keeps its sign (>= 0).
+                v, t, b = vel_err[over], tau[over], budget[over]
+                kd[over] = np.clip(kd[over] * v, -b - t, b - t) / v
+                fixed[over] = kd[over] * v + t
+                interventions.append("damping_limit")
+            # The whole torque at the measured state.
+            total = self._tmp
+            np.subtract(q, qm, out=total)
+            total *= kp
+            total += fixed
+            over = np.abs(total) > budget
+            over &= self._active  # kp = 0: total = fixed, in budget already (up to rounding, within the margin)
+            if not over.any():
+                return
+            k, f, b, m = kp[over], fixed[over], budget[over], qm[over]
+            lo, hi = self._lo[over], self._hi[over]
+            # Targets keeping the torque in budget: q* in [m + (-b - f) / k, m + (b - f) / k] (k > 0 here:
+            # a joint with kp = 0 has total = fixed, already in budget), intersected with the limits.
+            w_lo = np.maximum(m + (-b - f) / k, lo)
+            w_hi = np.minimum(m + (b - f) / k, hi)
+            fits = w_lo <= w_hi
+            target = np.where(fits, np.clip(q[over], w_lo, np.maximum(w_lo, w_hi)), np.clip(m - f / k, lo, hi))
+            q[over] = target
+            interventions.append("torque_limit")
+            if not fits.all():
+                # Nearest limit, and kp lowered so that kp (q* - q) + fixed = the edge of the budget.
+                stiff = ~fits
+                e = target[stiff] - m[stiff]  # != 0: q itself would otherwise fit inside the limits
+                k_new = np.clip(k[stiff] * e, -b[stiff] - f[stiff], b[stiff] - f[stiff]) / e
+                k[stiff] = np.where(np.isfinite(k_new), np.maximum(k_new, 0.0), 0.0)
+                kp[over] = k
+                interventions.append("stiffness_limit")
+
+    def _replace(self, a: np.ndarray, new: np.ndarray, effective: np.ndarray) -> bool:
+        """a <- new everywhere; True when an entry that has a physical effect (`effective`) changed."""
+        np.not_equal(a, new, out=self._changed)
+        self._changed &= effective
+        np.copyto(a, new)
         return bool(self._changed.any())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,11 @@ class Session:
 
 
 def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime: bool, latency_s: float = 0.0,
-               noise_std: float = 0.0, seed: int = 0) -> RobotInterface:
-    """The chosen transport; each is imported only when chosen (the sim twin needs mujoco)."""
+               noise_std: float = 0.0, seed: int = 0, physics_dt: float | None = None) -> RobotInterface:
+    """The chosen transport; each is imported only when chosen (the sim twin needs mujoco).
+
+    `physics_dt` (the contract's) sets the sim twin's time step: training overrides the MJCF's.
+    """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport {transport!r} is not available; choose from: {', '.join(TRANSPORTS)}")
     from robo_rl.deploy.transports.sim import SimRobot
@@ -45,45 +49,44 @@ def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime:
         raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
     model = find_asset(sim["model"], what=f"sim twin model of {hw.robot!r}")
     return SimRobot(model, hw, control_dt=control_dt, keyframe=sim.get("keyframe"), latency_s=latency_s,
-                    noise_std=noise_std, realtime=realtime, seed=seed)
+                    noise_std=noise_std, realtime=realtime, seed=seed, physics_dt=physics_dt)
 
 
 def open_session(policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
                  realtime: bool = True, latency_s: float = 0.0, noise_std: float = 0.0, seed: int = 0,
-                 commands: dict[str, np.ndarray] | None = None) -> Session:
-    """Load and cross-check policy and hardware (ValueError, one line, on any mismatch), then connect.
+                 commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
+                 warn: Callable[[str], None] | None = None,
+                 wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None) -> Session:
+    """Load and cross-check policy, hardware and operator commands (ValueError, one line), then connect.
 
-    Operator commands start neutral (stand still / the centre of the target box); `commands`
-    overrides them and `session.policy.commands` can be changed while running.
+    Everything that can be refused is refused here, before the transport is created: a malformed
+    hardware file or contract, a mismatch between them, non-finite operator commands. Operator
+    commands start neutral (stand still / the centre of the target box); `commands` overrides them
+    (clamped into the trained range with a warning line) and `session.policy.set_command` changes
+    them while running.
+
+    Args:
+        allow_unsafe_hardware: accept hardware safety values outside their safe range (loud warnings).
+        warn: receives warning lines (default: stderr).
+        wrap_robot: applied to the connected robot before the controller uses it (recording, tests).
 
     With `realtime=False` (sim transport only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
     """
-    hw = load_hardware(find_asset(hardware_path, what="hardware file"))
+    hw = load_hardware(find_asset(hardware_path, what="hardware file"), allow_unsafe=allow_unsafe_hardware, warn=warn)
     onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
     contract = onnx_policy.contract
-    neutral = default_commands(contract.extra, [t.name for t in contract.observation])
-    policy = PolicyStep(onnx_policy, hw, {**neutral, **(commands or {})})  # validates the contract against hw
-    robot = make_robot(transport, hw, policy.policy.contract.policy_dt, realtime=realtime, latency_s=latency_s,
-                       noise_std=noise_std, seed=seed)
+    policy = PolicyStep(onnx_policy, hw, commands, warn=warn)  # validates the contract and the commands
+    robot = make_robot(transport, hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
+                       noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt)
+    if wrap_robot is not None:
+        robot = wrap_robot(robot)
     default_q = policy.default_q.copy()
     undriven = np.setdiff1d(np.arange(len(hw.joint_names)), policy.robot_index)
     default_q[undriven] = (hw.joint_lower[undriven] + hw.joint_upper[undriven]) / 2  # joints the policy leaves alone
-    clock = time.monotonic if realtime else (lambda: robot.time)
+    clock = time.monotonic if realtime else (lambda: robot.time)  # robot.time: sim transports
     controller = Controller(robot, hw, policy, default_q, clock=clock)
     return Session(hw, policy, robot, controller)
-
-
-def default_commands(contract_extra: dict, term_names: list[str]) -> dict[str, np.ndarray]:
-    """Neutral operator inputs: stand still, or reach the centre of the training target box."""
-    out = {}
-    if "velocity_command" in term_names:
-        out["velocity_command"] = np.zeros(3)
-    if "target_pos" in term_names:
-        low = np.asarray(contract_extra.get("target_low", [0.5, 0.0, 0.4]))
-        high = np.asarray(contract_extra.get("target_high", [0.5, 0.0, 0.4]))
-        out["target_pos"] = (low + high) / 2
-    return out
 
 
 def run_live(session: Session, duration_s: float | None, *, status_every_s: float = 0.5, out=sys.stdout) -> dict:

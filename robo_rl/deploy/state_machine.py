@@ -123,6 +123,11 @@ class StateMachine:
         self._ramp_start = now
         self._enter(Mode.RAMP, now, "ramp")
 
+    def hold_ramp(self, now: float) -> None:
+        """In RAMP: restart the ramp clock at `now` (the ramp waits, e.g. for the base to be still)."""
+        if self._mode is Mode.RAMP:
+            self._ramp_start = now
+
     def start_policy(self, now: float) -> None:
         """READY -> POLICY; ValueError from any other mode (POLICY is never entered on its own)."""
         if self._mode is not Mode.READY:

@@ -36,6 +36,12 @@ class SimRobot:
         noise_std: standard deviation of Gaussian noise on q, dq and the gyro (same for all).
         realtime: step in a background thread at wall-clock pace.
         seed: noise seed.
+        physics_dt: physics time step (s); the policy contract's `physics_dt`, which training used in place
+            of the MJCF's timestep. None keeps the MJCF's. control_dt must be a whole number of steps.
+
+    Raises:
+        ValueError: the model lacks a joint or actuator, its base disagrees with `hw.kind` (a free joint
+            on `kind: arm`, none on `kind: legged`), or control_dt is not a whole number of physics steps.
     """
 
     def __init__(
@@ -49,6 +55,7 @@ class SimRobot:
         noise_std: float = 0.0,
         realtime: bool = False,
         seed: int = 0,
+        physics_dt: float | None = None,
     ):
         import mujoco
 
@@ -62,7 +69,15 @@ class SimRobot:
         self.realtime = realtime
         self.rng = np.random.default_rng(seed)
         m = self.model
-        self.substeps = max(1, round(control_dt / m.opt.timestep))
+        if physics_dt is not None:
+            if not (np.isfinite(physics_dt) and physics_dt > 0):
+                raise ValueError(f"physics_dt = {physics_dt!r}: must be a finite number > 0 (s)")
+            m.opt.timestep = physics_dt  # as in training (robo_rl.tasks.base overrides the MJCF's)
+        steps = control_dt / m.opt.timestep
+        if round(steps) < 1 or abs(steps - round(steps)) > 1e-6 * steps:
+            raise ValueError(f"control_dt = {control_dt!r} is not a whole number of physics steps of "
+                             f"{m.opt.timestep!r} s")
+        self.substeps = round(steps)
         jid = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in hw.joint_names]
         missing = [n for n, i in zip(hw.joint_names, jid, strict=True) if i < 0]
         if missing:
@@ -73,6 +88,9 @@ class SimRobot:
         if (self.aid < 0).any():
             raise ValueError(f"sim model {model_path} needs a position actuator named after every joint")
         self.floating = m.njnt > 0 and m.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
+        if self.floating != (hw.kind == "legged"):
+            base = "a free joint (floating base)" if self.floating else "no free joint (fixed base)"
+            raise ValueError(f"sim model {model_path} has {base} but hardware {hw.robot!r} is kind {hw.kind!r}")
         ee = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, "ee_pos")
         self._ee = slice(m.sensor_adr[ee], m.sensor_adr[ee] + 3) if ee >= 0 else None
         self._pending: collections.deque[tuple[float, JointCommand]] = collections.deque()

@@ -71,6 +71,17 @@ def name_index(source: tuple[str, ...], target: tuple[str, ...]) -> np.ndarray |
     return np.array([lookup[n] for n in target], dtype=np.int64)
 
 
+def quat_wxyz(quat: np.ndarray, order: str) -> tuple[float, float, float, float]:
+    """(w, x, y, z) as floats of a (4,) quaternion given in `order` ("wxyz" or "xyzw")."""
+    if order == "wxyz":
+        w, x, y, z = (float(v) for v in quat)
+    elif order == "xyzw":
+        x, y, z, w = (float(v) for v in quat)
+    else:
+        raise ValueError(f"quaternion order {order!r}: allowed values are wxyz, xyzw")
+    return w, x, y, z
+
+
 def quat_roll_pitch(quat: np.ndarray, order: str = "wxyz") -> tuple[float, float]:
     """Roll and pitch (rad, ZYX Euler) of a base orientation quaternion; it need not be unit length.
 
@@ -82,12 +93,7 @@ def quat_roll_pitch(quat: np.ndarray, order: str = "wxyz") -> tuple[float, float
         (roll, pitch); roll in (-pi, pi], pitch in [-pi/2, pi/2]. A base turned upside down shows up
         as |roll| near pi.
     """
-    if order == "wxyz":
-        w, x, y, z = (float(v) for v in quat)
-    elif order == "xyzw":
-        x, y, z, w = (float(v) for v in quat)
-    else:
-        raise ValueError(f"quaternion order {order!r}: allowed values are wxyz, xyzw")
+    w, x, y, z = quat_wxyz(quat, order)
     n = w * w + x * x + y * y + z * z
     # Both formulas are written scale-free (divided by |q|^2) so a slightly non-unit IMU quaternion works.
     roll = math.atan2(2.0 * (w * x + y * z), w * w - x * x - y * y + z * z)
@@ -101,12 +107,7 @@ def gravity_tilt(quat: np.ndarray, order: str = "wxyz") -> float:
     0 when the base is level, pi when upside down; yaw does not matter. The quaternion need not be
     unit length. Computed from the z row of the rotation matrix: cos(tilt) = (w^2 + z^2 - x^2 - y^2) / |q|^2.
     """
-    if order == "wxyz":
-        w, x, y, z = (float(v) for v in quat)
-    elif order == "xyzw":
-        x, y, z, w = (float(v) for v in quat)
-    else:
-        raise ValueError(f"quaternion order {order!r}: allowed values are wxyz, xyzw")
+    w, x, y, z = quat_wxyz(quat, order)
     n = w * w + x * x + y * y + z * z
     return math.acos(max(-1.0, min(1.0, (w * w + z * z - x * x - y * y) / n)))
 

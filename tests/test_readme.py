@@ -1,0 +1,54 @@
+"""Every command in the README is valid, names files that exist, and the cheap ones run.
+
+What each command does is tested where it belongs (test_cli, test_resume, test_export, test_learning
+for the quick start, test_benchmarks, the deploy tests); here the README itself is checked, so it
+cannot drift from the code.
+"""
+
+import re
+import shlex
+
+import pytest
+
+from robo_rl.cli import _parser, main
+from tests.conftest import REPO, run_cli
+
+README = (REPO / "README.md").read_text()
+BLOCKS = re.findall(r"```bash\n(.*?)```", README, flags=re.S)
+LINES = [line.split("  #")[0].strip() for block in BLOCKS for line in block.splitlines() if line.strip()]
+ROBO_RL = [shlex.split(line.split("&&")[-1])[1:] for line in LINES if "bin/robo-rl " in line]
+PATH_FLAGS = ("--policy", "--robot", "--config")
+
+
+def test_readme_has_its_commands():
+    assert LINES[:2] == ["bash scripts/setup.sh && .venv/bin/robo-rl train --task arm-reach --video",
+                         "bash scripts/setup.sh && .venv/bin/python -m pytest"]
+    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy"}
+
+
+@pytest.mark.parametrize("args", ROBO_RL, ids=[" ".join(a)[:60] for a in ROBO_RL])
+def test_readme_command_parses_and_its_files_exist(args):
+    parsed = _parser().parse_args(args)  # argparse exits (a test failure) on an unknown flag
+    for flag in PATH_FLAGS:
+        value = getattr(parsed, flag.lstrip("-"), None)
+        if value is not None:
+            assert (REPO / value).is_file(), f"{flag} {value} does not exist"
+
+
+def test_readme_scripts_exist():
+    scripts = [shlex.split(line)[1] for line in LINES if line.startswith(".venv/bin/python scripts/")]
+    assert scripts and all((REPO / s).is_file() for s in scripts)
+
+
+def test_readme_tasks_command_runs(capsys):
+    assert main(["tasks"]) == 0
+    assert "arm-reach" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [a for a in ROBO_RL if a[0] == "deploy"], ids=lambda a: a[2])
+def test_readme_deploy_command_runs(args):
+    """The deploy commands as written, on the real-time twin, cut to 2 s."""
+    cut = [a for i, a in enumerate(args) if a != "--duration" and (i == 0 or args[i - 1] != "--duration")]
+    result = run_cli(*cut, "--duration", "2", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "stopped in DAMP" in result.stdout

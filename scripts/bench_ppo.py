@@ -1,18 +1,31 @@
-"""Benchmark the PPO *update* (epochs x minibatches gradient phase) of robo_rl against rsl-rl-lib.
+"""Benchmark robo_rl's PPO against rsl-rl-lib's: the update's time, and learning on a real task.
 
-Both learners get the same network sizes, the same hyper-parameters and the same rollout data
-(observations, rewards, terminations, time-outs); each samples its actions through its own `act`
-path so stored log-probs, values and distribution parameters are self-consistent, and each
-computes returns with its own `compute_returns`. Only `update()` is timed. Before every timed
-update both storages are re-filled with a fresh, equivalent rollout. The two implementations are
-interleaved (alternating which goes first) and the median over repeats is reported.
+Update time (`--update`): both learners get the same network sizes, the same hyper-parameters and
+the same rollout data (observations, rewards, terminations, time-outs); each samples its actions
+through its own `act` path so stored log-probs, values and distribution parameters are
+self-consistent, and each computes returns with its own `compute_returns`. Only `update()` is timed.
+Before every timed update both storages are re-filled with a fresh, equivalent rollout. The two
+implementations are interleaved (alternating which goes first) and the median over repeats is reported.
 
-    PYTHONPATH=. python scripts/bench_ppo.py            # quadruped sizes (1024 envs x 24 steps)
-    PYTHONPATH=. python scripts/bench_ppo.py --quick    # small, fast run
-    PYTHONPATH=. python scripts/bench_ppo.py --profile  # also print torch.profiler tables
+Learning (`--learning`): both train on our own task env (default `arm-reach` with its preset
+sim_configs/arm-reach.yaml, what `robo-rl train --task arm-reach` runs) with the same
+hyper-parameters, one seed after the other (never in parallel). Ours runs through our
+`OnPolicyRunner`; rsl-rl-lib through its own `OnPolicyRunner` on a thin VecEnv wrapper of the same
+env. Per run: the first iteration whose moving mean (`--window` iterations) of the logged
+training metric `Metrics/ee_distance_final` is below `--threshold`, the final distance (mean of
+the last `--final-window` iterations), wall time of the training loop, and a deterministic
+evaluation (the quick-start's 64 episodes, same seeds as `robo-rl train`).
 
-The last line is always
+    PYTHONPATH=. python scripts/bench_ppo.py --update            # quadruped sizes (1024 envs x 24 steps)
+    PYTHONPATH=. python scripts/bench_ppo.py --update --profile  # also print torch.profiler tables
+    PYTHONPATH=. python scripts/bench_ppo.py --learning          # arm-reach preset, seeds 0 and 1
+    PYTHONPATH=. python scripts/bench_ppo.py --learning --ours-std-types scalar,log  # both of ours
+    PYTHONPATH=. python scripts/bench_ppo.py --learning --set policy.noise_std_type=log
+    PYTHONPATH=. python scripts/bench_ppo.py --quick             # both parts, small and fast
+
+Without `--update` / `--learning` both parts run. They print, in this order,
     TARGET ppo_update_time_vs_rsl_rl measured=<ours/rsl> goal=<=1.0 PASS|FAIL
+    TARGET ppo_iterations_to_1cm_vs_rsl_rl measured=<ours/rsl> goal=<=1.0 PASS|FAIL
 and the exit status is 0 either way.
 """
 
@@ -26,7 +39,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 from robo_rl.algos.ppo import PPO  # noqa: E402
 from robo_rl.config import PolicyConfig, PPOConfig  # noqa: E402
@@ -60,10 +74,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="untimed updates per implementation (default 2; 1 quick)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="small batch, few repeats")
+    p.add_argument("--quick", action="store_true", help="small batch, few repeats; a few learning iterations")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table of one update of each")
+    p.add_argument("--update", action="store_true", help="run the update-time part (default: both parts)")
+    p.add_argument("--learning", action="store_true", help="run the learning part (default: both parts)")
+    g = p.add_argument_group("learning")
+    g.add_argument("--task", default="arm-reach")
+    g.add_argument("--config", default=None, help="YAML preset (default sim_configs/<task>.yaml)")
+    g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for both learners (policy.noise_std_type only for ours); repeatable")
+    g.add_argument("--seeds", default="0,1", help="comma-separated training seeds, run one after the other")
+    g.add_argument("--ours-std-types", default="", help="e.g. scalar,log: train ours once per std type (the first "
+                   "one is used in the TARGET); default: the resolved config's")
+    g.add_argument("--rsl-std-type", default="scalar", choices=("scalar", "log"), help="rsl-rl-lib's std_type")
+    g.add_argument("--threshold", type=float, default=0.01, help="distance (m) for the iterations-to metric")
+    g.add_argument("--window", type=int, default=5, help="moving-mean window (iterations) for the threshold")
+    g.add_argument("--final-window", type=int, default=10, help="iterations averaged for the final distance")
+    g.add_argument("--eval-episodes", type=int, default=None, help="deterministic evaluation episodes (64; 8 quick)")
     args = p.parse_args(argv)
+    if not args.update and not args.learning:
+        args.update = args.learning = True
     quick = args.quick
+    args.eval_episodes = args.eval_episodes if args.eval_episodes is not None else (8 if quick else 64)
     args.num_envs = args.num_envs or (256 if quick else 1024)
     args.steps = args.steps or (16 if quick else 24)
     args.repeats = args.repeats or (5 if quick else 15)
@@ -224,10 +256,262 @@ def profile(impls, rollout: Rollout, rows: int = 25) -> None:
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows))
 
 
+# ----------------------------------------------------------------------------------------------
+# Learning on a task
+# ----------------------------------------------------------------------------------------------
+
+METRIC = "Metrics/ee_distance_final"
+EVAL_SEED_OFFSET = 54321  # OnPolicyRunner.evaluate's, so the evaluation equals the quick-start's
+
+
+def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, ...] = ()):
+    """The resolved TrainConfig both learners train with: preset -> `--set` -> `overrides` -> seed."""
+    from robo_rl.config import load_yaml, resolve_train_config
+    from robo_rl.tasks import task_config_class
+
+    preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
+    raw = load_yaml(preset) if args.config or preset.is_file() else {}
+    raw["task"] = args.task
+    quick = ["sim.num_envs=64", "runner.max_iterations=6"] if args.quick else []
+    return resolve_train_config(
+        raw, [*quick, *args.overrides, *overrides, f"seed={seed}"], env_config_cls=task_config_class
+    )
+
+
+def iterations_to(values: list[float | None], threshold: float, window: int) -> int | None:
+    """First iteration (1-based) whose mean over the last `window` logged values is below `threshold`.
+
+    `values` holds one entry per iteration, None where no episode ended in it; None when never reached.
+    """
+    logged: list[float] = []
+    for it, v in enumerate(values, start=1):
+        if v is None:
+            continue
+        logged.append(v)
+        if len(logged) >= window and sum(logged[-window:]) / window < threshold:
+            return it
+    return None
+
+
+def final_mean(values: list[float | None], window: int) -> float:
+    logged = [v for v in values if v is not None][-window:]
+    return sum(logged) / len(logged) if logged else float("nan")
+
+
+class _MetricRecorder:
+    """TrainLogger stand-in for our runner: keeps the metric of every iteration."""
+
+    def __init__(self):
+        self.values: list[float | None] = []
+
+    def log(self, iteration: int, scalars: dict[str, float], elapsed: float, final: bool) -> None:
+        self.values.append(scalars.get(METRIC))
+
+    def video(self, iteration: int, path: Path) -> None:
+        pass
+
+
+def train_ours(cfg, eval_episodes: int) -> dict:
+    """Train with our OnPolicyRunner; the metric per iteration, wall time of `learn`, evaluation."""
+    import dataclasses
+    import tempfile
+
+    from robo_rl.runner import OnPolicyRunner
+
+    cfg = dataclasses.replace(cfg, runner=dataclasses.replace(cfg.runner, save_interval=cfg.runner.max_iterations))
+    rec = _MetricRecorder()
+    with tempfile.TemporaryDirectory() as run_dir:
+        runner = OnPolicyRunner(cfg, run_dir)
+        try:
+            t0 = time.perf_counter()
+            runner.learn(rec)
+            wall = time.perf_counter() - t0
+            metrics = runner.evaluate(eval_episodes)["metrics"] if eval_episodes else {}
+        finally:
+            runner.close()
+    return {"values": rec.values, "wall": wall, "eval": metrics}
+
+
+class TaskVecEnv:
+    """Our TaskEnv behind rsl-rl-lib 5.5.1's `rsl_rl.env.VecEnv` interface (duck-typed).
+
+    Observations become a TensorDict with our "policy" and "critic" groups; `dones` is
+    terminated | truncated and `extras["time_outs"]` the truncations. Every step's `info["log"]`
+    is kept so the metric is averaged per iteration exactly as our runner does.
+    """
+
+    def __init__(self, env):
+        from tensordict import TensorDict
+
+        self._td = TensorDict
+        self.env = env
+        self.num_envs = env.num_envs
+        self.num_actions = env.action_dim
+        self.max_episode_length = env.max_episode_length
+        self.device = "cpu"
+        self.cfg: dict = {}
+        self.step_logs: list[dict[str, float]] = []
+        self._obs = env.get_observations()
+
+    @property
+    def episode_length_buf(self) -> torch.Tensor:
+        return self.env.episode_length
+
+    @episode_length_buf.setter
+    def episode_length_buf(self, value: torch.Tensor) -> None:
+        self.env.episode_length.copy_(value)
+
+    def _wrap(self, obs: dict[str, torch.Tensor]):
+        return self._td(dict(obs), batch_size=[self.num_envs])
+
+    def get_observations(self):
+        return self._wrap(self._obs)
+
+    def step(self, actions: torch.Tensor):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        self._obs = obs
+        self.step_logs.append(info["log"])
+        return self._wrap(obs), reward, terminated | truncated, {"time_outs": truncated, "log": info["log"]}
+
+
+def rsl_train_config(cfg, std_type: str) -> dict:
+    """rsl-rl-lib's OnPolicyRunner config with our resolved hyper-parameters and network sizes."""
+    a, pc = cfg.algo, cfg.policy
+    mlp = {"class_name": "MLPModel", "activation": pc.activation, "obs_normalization": pc.obs_normalization}
+    return {
+        "num_steps_per_env": a.num_steps_per_env,
+        "save_interval": cfg.runner.max_iterations,
+        "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
+        "algorithm": {
+            "class_name": "PPO", "num_learning_epochs": a.num_learning_epochs, "num_mini_batches": a.num_mini_batches,
+            "clip_param": a.clip_param, "gamma": a.gamma, "lam": a.lam, "value_loss_coef": a.value_loss_coef,
+            "entropy_coef": a.entropy_coef, "learning_rate": a.learning_rate, "max_grad_norm": a.max_grad_norm,
+            "optimizer": "adam", "use_clipped_value_loss": a.use_clipped_value_loss, "schedule": a.schedule,
+            "desired_kl": a.desired_kl, "normalize_advantage_per_mini_batch": False,
+        },  # fmt: skip
+        "actor": {
+            **mlp, "hidden_dims": list(pc.actor_hidden_dims),
+            "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": pc.init_noise_std,
+                                 "std_type": std_type},
+        },  # fmt: skip
+        "critic": {**mlp, "hidden_dims": list(pc.critic_hidden_dims)},
+    }
+
+
+def train_rsl(cfg, std_type: str, eval_episodes: int) -> dict:
+    """Train with rsl-rl-lib's OnPolicyRunner on the same env, seeds and hyper-parameters."""
+    import contextlib
+    import io
+
+    from rsl_rl.runners import OnPolicyRunner as RslRunner
+
+    from robo_rl.evaluate import run_episodes
+    from robo_rl.runner import build_env
+
+    torch.manual_seed(cfg.seed)  # network initialisation; rsl-rl also samples from the global RNG
+    env = build_env(cfg)
+    env.reset()  # random episode clocks, as our runner starts (so init_at_random_ep_len stays off)
+    venv = TaskVecEnv(env)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints both models
+            runner = RslRunner(venv, rsl_train_config(cfg, std_type), log_dir=None, device="cpu")
+        t0 = time.perf_counter()
+        runner.learn(cfg.runner.max_iterations, init_at_random_ep_len=False)
+        wall = time.perf_counter() - t0
+    finally:
+        env.close()
+    steps = cfg.algo.num_steps_per_env
+    values = []
+    for i in range(0, len(venv.step_logs), steps):  # one iteration = T steps, averaged like our runner
+        logged = [log[METRIC] for log in venv.step_logs[i : i + steps] if METRIC in log]
+        values.append(sum(logged) / len(logged) if logged else None)
+    metrics = {}
+    if eval_episodes:
+        policy = runner.get_inference_policy()
+        eval_env = build_env(cfg, num_envs=eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET)
+        td = venv._td
+        try:
+            metrics = run_episodes(eval_env, lambda x: policy(td({"policy": x}, batch_size=[x.shape[0]])))["metrics"]
+        finally:
+            eval_env.close()
+    return {"values": values, "wall": wall, "eval": metrics}
+
+
+def bench_learning(args: argparse.Namespace) -> str:
+    """The learning comparison; prints one row per run and returns its TARGET line."""
+    seeds = [int(v) for v in args.seeds.split(",") if v.strip()]
+    base = learning_config(args, seeds[0])
+    ours_types = [v.strip() for v in args.ours_std_types.split(",") if v.strip()] or [base.policy.noise_std_type]
+    variants = [("robo_rl", t) for t in ours_types] + [("rsl_rl", args.rsl_std_type)]
+    n_iter = base.runner.max_iterations
+    print(
+        f"PPO learning benchmark: task {base.task}, {base.sim.num_envs} worlds x {base.algo.num_steps_per_env} steps, "
+        f"{n_iter} iterations, seeds {seeds}, torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"actor {list(base.policy.actor_hidden_dims)} critic {list(base.policy.critic_hidden_dims)} "
+        f"{base.policy.activation}, lr {base.algo.learning_rate} ({base.algo.schedule}), "
+        f"{base.algo.num_learning_epochs} epochs x {base.algo.num_mini_batches} minibatches, "
+        f"entropy {base.algo.entropy_coef}, init std {base.policy.init_noise_std}; "
+        f"iterations to < {args.threshold * 1e3:g} mm: mean of the last {args.window} iterations' {METRIC}; "
+        f"final: mean of the last {args.final_window}"
+    )
+    header = f"{'impl':10s}{'std':>8s}{'seed':>6s}{'iters<thr':>11s}{'final mm':>10s}{'eval mm':>9s}"
+    header += f"{'eval succ':>10s}{'wall s':>9s}{'s/iter':>8s}"
+    print(header, flush=True)
+    rows = []
+    for k, seed in enumerate(seeds):  # one run after the other; alternate who goes first
+        for impl, std_type in variants if k % 2 == 0 else variants[::-1]:
+            if impl == "robo_rl":
+                cfg = learning_config(args, seed, (f"policy.noise_std_type={std_type}",))
+                res = train_ours(cfg, args.eval_episodes)
+            else:
+                res = train_rsl(learning_config(args, seed), std_type, args.eval_episodes)
+            it = iterations_to(res["values"], args.threshold, args.window)
+            row = {"impl": impl, "std": std_type, "seed": seed, "iters": it, "final": final_mean(res["values"],
+                   args.final_window), "wall": res["wall"], "eval": res["eval"]}  # fmt: skip
+            rows.append(row)
+            ev = res["eval"]
+            print(
+                f"{impl:10s}{std_type:>8s}{seed:6d}{(str(it) if it else f'>{n_iter}'):>11s}{1e3 * row['final']:10.2f}"
+                f"{1e3 * ev.get('ee_distance_final', float('nan')):9.2f}{ev.get('success', float('nan')):10.3f}"
+                f"{row['wall']:9.1f}{row['wall'] / n_iter:8.3f}",
+                flush=True,
+            )
+
+    def mean_iters(impl: str, std_type: str) -> float:  # a run that never gets there counts as n_iter + 1
+        its = [r["iters"] or n_iter + 1 for r in rows if (r["impl"], r["std"]) == (impl, std_type)]
+        return sum(its) / len(its)
+
+    print("means over seeds:")
+    for impl, std_type in variants:
+        sel = [r for r in rows if (r["impl"], r["std"]) == (impl, std_type)]
+        final = sum(r["final"] for r in sel) / len(sel)
+        wall = sum(r["wall"] for r in sel) / len(sel)
+        print(f"  {impl:10s}{std_type:>8s}  iters<thr {mean_iters(impl, std_type):7.1f}  final {1e3 * final:6.2f} mm"
+              f"  wall {wall:7.1f} s")  # fmt: skip
+    ratio = mean_iters(*variants[0]) / mean_iters(*variants[-1])
+    verdict = "PASS" if ratio <= 1.0 else "FAIL"
+    return f"TARGET ppo_iterations_to_1cm_vs_rsl_rl measured={ratio:.3f} goal=<=1.0 {verdict}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    targets = []
+    if args.update:
+        targets.append(bench_update(args))
+    if args.learning:
+        targets.append(bench_learning(args))
+    print()
+    for line in targets:
+        print(line)
+    return 0
+
+
+def bench_update(args: argparse.Namespace) -> str:
+    """The update-time comparison; returns its TARGET line."""
     torch.manual_seed(args.seed)  # rsl-rl samples actions and permutations from the global RNG
 
     ours = Ours(args)
@@ -293,8 +577,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ratio = med["robo_rl"] / med["rsl_rl"]
     verdict = "PASS" if ratio <= 1.0 else "FAIL"
-    print(f"TARGET ppo_update_time_vs_rsl_rl measured={ratio:.3f} goal=<=1.0 {verdict}")
-    return 0
+    return f"TARGET ppo_update_time_vs_rsl_rl measured={ratio:.3f} goal=<=1.0 {verdict}"
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=)[\d.]+ (PASS|FAIL
     "script, args, expected",
     [
         ("bench_sim.py", ["--quick", "--tasks", "arm-reach"], 2),
-        ("bench_ppo.py", ["--quick"], 1),
+        ("bench_ppo.py", ["--quick"], 2),  # update time and learning
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):

@@ -1,8 +1,10 @@
 """Proximal Policy Optimisation, at parity with RSL-RL's PPO (see shared/REFERENCES.md).
 
 Clipped surrogate, clipped value loss, GAE with exact time-out bootstrapping from
-`info["final_obs"]`, KL-adaptive learning rate, entropy bonus, global gradient clipping,
-empirical observation normalisation and an asymmetric critic.
+`info["final_obs"]`, KL-adaptive learning rate, entropy bonus, gradient-norm clipping of actor
+and critic separately, empirical observation normalisation and an asymmetric critic. The action
+std is learned as σ or as log σ (`PolicyConfig.noise_std_type`). Besides the losses, `update`
+reports the usual PPO diagnostics: clip fraction, approximate KL and explained variance.
 
 Less work per sample than RSL-RL: observations are normalised once when collected (not again in
 every epoch), the Gaussian is evaluated in closed form without `torch.distributions`, and the
@@ -47,6 +49,29 @@ def clipped_value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip: 
     return loss.mean()
 
 
+def clip_fraction(log_prob: Tensor, old_log_prob: Tensor, clip: float) -> Tensor:
+    """Share of samples whose ratio r = exp(log_prob - old_log_prob) lies outside [1-c, 1+c]: (B,) -> ()."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    return ((ratio - 1.0).abs() > clip).to(log_prob.dtype).mean()
+
+
+def approx_kl(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
+    """KL(old || new) estimated from the samples: mean of (r - 1) - log r, r the ratio (B,) -> ().
+
+    Schulman's low-variance, never-negative "k3" estimator (as cleanrl logs it); unlike the closed-form
+    Gaussian KL the adaptive schedule uses, it needs only the log-probabilities.
+    """
+    log_ratio = log_prob - old_log_prob
+    return (torch.expm1(log_ratio) - log_ratio).mean()
+
+
+def explained_variance(values: Tensor, returns: Tensor) -> Tensor:
+    """1 - Var(returns - values) / Var(returns) over a batch (B,) -> (): 1 is a perfect critic, 0 is no
+    better than a constant, negative is worse; NaN when the returns do not vary."""
+    var_returns = returns.var()
+    return torch.where(var_returns > 0, 1.0 - (returns - values).var() / var_returns, torch.nan)
+
+
 class PPO:
     """PPO learner: `act` -> `process_env_step` (T times) -> `compute_returns` -> `update`.
 
@@ -63,11 +88,15 @@ class PPO:
         self.generator = generator
         self.learning_rate = cfg.learning_rate
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
+        # Actor (with the std) and critic are clipped separately, as RSL-RL does: with one global norm
+        # the value loss's larger gradients would shrink every policy step.
+        self._actor_params = [p for n, p in policy.named_parameters() if not n.startswith("critic.")]
+        self._critic_params = list(policy.critic.parameters())
         obs_dim = policy.actor[0].in_features
         critic_dim = policy.critic[0].in_features
-        action_dim = policy.log_std.numel()
+        action_dim = policy.action_dim
         self.storage = RolloutStorage(cfg.num_steps_per_env, num_envs, obs_dim, critic_dim, action_dim)
-        self.old_log_std = policy.log_std.detach().clone()  # (A,) std used for the current rollout
+        self.old_std = policy.action_std().detach().clone()  # (A,) std used for the current rollout
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -78,10 +107,10 @@ class PPO:
         obs_n = self.policy.obs_normalizer(obs)
         critic_n = self.policy.critic_obs_normalizer(critic_obs)
         mean = self.policy.actor(obs_n)
-        log_std = self.policy.log_std
-        actions = mean + torch.exp(log_std) * torch.randn(mean.shape, generator=self.generator)
+        std, log_std = self.policy.action_std(), self.policy.action_log_std()
+        actions = mean + std * torch.randn(mean.shape, generator=self.generator)
         if t == 0:
-            self.old_log_std = log_std.detach().clone()
+            self.old_std = std.detach().clone()
         s.obs[t] = obs_n
         s.critic_obs[t] = critic_n
         s.actions[t] = actions
@@ -116,26 +145,33 @@ class PPO:
 
     # ------------------------------------------------------------------ learning
     def update(self) -> dict[str, float]:
-        """Epochs x minibatches of clipped PPO; returns mean losses, KL and the learning rate."""
+        """Epochs x minibatches of clipped PPO.
+
+        Returns the means over minibatches of the losses, the entropy, the closed-form KL (`kl`, 0 with
+        a fixed schedule), `clip_fraction` and `approx_kl`; the batch's `explained_variance` of the
+        rollout values against the returns; the learning rate and the mean action std.
+        """
         cfg, policy = self.cfg, self.policy
-        old_std = torch.exp(self.old_log_std)
-        totals = {"value_loss": 0.0, "surrogate_loss": 0.0, "entropy": 0.0, "kl": 0.0}
+        # Per-minibatch values are summed as tensors and read once at the end: no host sync per step
+        # beyond the adaptive schedule's KL (the learning-rate decision is made on the host).
+        keys = ("value_loss", "surrogate_loss", "entropy", "clip_fraction", "approx_kl")
+        totals = torch.zeros(len(keys))
+        kl_total = 0.0
         n_updates = 0
         for mb in self.storage.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
             mean = policy.actor(mb["obs"])  # (B, A)
-            log_std = policy.log_std  # (A,)
+            std, log_std = policy.action_std(), policy.action_log_std()  # (A,), (A,)
             value = policy.critic(mb["critic_obs"]).squeeze(-1)  # (B,)
             log_prob = gaussian_log_prob(mb["actions"], mean, log_std)  # (B,)
             entropy = gaussian_entropy(log_std)
 
             if cfg.schedule == "adaptive":
                 with torch.no_grad():
-                    kl = gaussian_kl(mb["means"], old_std, mean, torch.exp(log_std)).mean().item()
+                    kl = gaussian_kl(mb["means"], self.old_std, mean, std).mean().item()
                 self.learning_rate = adapt_learning_rate(self.learning_rate, kl, cfg.desired_kl)
                 for group in self.optimizer.param_groups:
                     group["lr"] = self.learning_rate
-            else:
-                kl = 0.0
+                kl_total += kl
 
             surrogate = clipped_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"], cfg.clip_param)
             value_clip = cfg.clip_param if cfg.use_clipped_value_loss else None
@@ -144,18 +180,29 @@ class PPO:
 
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self._actor_params, cfg.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(self._critic_params, cfg.max_grad_norm)
             self.optimizer.step()
 
-            totals["value_loss"] += value_loss.item()
-            totals["surrogate_loss"] += surrogate.item()
-            totals["entropy"] += entropy.item()
-            totals["kl"] += kl
+            with torch.no_grad():
+                lp = log_prob.detach()
+                totals += torch.stack(
+                    (
+                        value_loss.detach(),
+                        surrogate.detach(),
+                        entropy.detach(),
+                        clip_fraction(lp, mb["log_probs"], cfg.clip_param),
+                        approx_kl(lp, mb["log_probs"]),
+                    )
+                )
             n_updates += 1
-        self.storage.step = 0
-        out = {k: v / n_updates for k, v in totals.items()}
+        s = self.storage
+        s.step = 0
+        out = dict(zip(keys, (totals / n_updates).tolist(), strict=True))
+        out["kl"] = kl_total / n_updates
+        out["explained_variance"] = explained_variance(s.values.flatten(), s.returns.flatten()).item()
         out["learning_rate"] = self.learning_rate
-        out["action_std"] = torch.exp(policy.log_std).mean().item()
+        out["action_std"] = policy.action_std().mean().item()
         return out
 
     # ------------------------------------------------------------------ checkpoints

@@ -12,6 +12,8 @@ from robo_rl.networks.normalizer import EmpiricalNormalization
 
 _ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+STD_MIN = 1e-6
+"""Floor of a learned scalar std (RSL-RL's default lower bound): keeps σ > 0 and log σ finite."""
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str) -> nn.Sequential:
@@ -42,7 +44,10 @@ def gaussian_kl(mean_old: Tensor, std_old: Tensor, mean: Tensor, std: Tensor) ->
 
 
 class ActorCritic(nn.Module):
-    """Actor mean MLP + state-independent log std, critic MLP, and one normaliser per input.
+    """Actor mean MLP + state-independent action std, critic MLP, and one normaliser per input.
+
+    The std is one (A,) parameter: `std` (σ itself) when `cfg.noise_std_type` is "scalar", `log_std`
+    (log σ) when it is "log". Read it only through `action_std()` / `action_log_std()`.
 
     Args:
         obs_dim: actor input size O.
@@ -55,11 +60,33 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.actor = mlp(obs_dim, cfg.actor_hidden_dims, action_dim, cfg.activation)
         self.critic = mlp(critic_obs_dim, cfg.critic_hidden_dims, 1, cfg.activation)
-        self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_noise_std)))
+        self.noise_std_type = cfg.noise_std_type
+        if cfg.noise_std_type == "scalar":
+            self.std = nn.Parameter(torch.full((action_dim,), float(cfg.init_noise_std)))
+        elif cfg.noise_std_type == "log":
+            self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_noise_std)))
+        else:
+            raise ValueError(f"policy.noise_std_type = {cfg.noise_std_type!r}: allowed values are scalar, log")
         self.obs_normalizer: nn.Module = EmpiricalNormalization(obs_dim) if cfg.obs_normalization else nn.Identity()
         self.critic_obs_normalizer: nn.Module = (
             EmpiricalNormalization(critic_obs_dim) if cfg.obs_normalization else nn.Identity()
         )
+
+    @property
+    def action_dim(self) -> int:
+        return (self.std if self.noise_std_type == "scalar" else self.log_std).numel()
+
+    def action_std(self) -> Tensor:
+        """σ of the action noise (A,), differentiable; a scalar σ is clamped to >= STD_MIN."""
+        if self.noise_std_type == "scalar":
+            return self.std.clamp(min=STD_MIN)
+        return torch.exp(self.log_std)
+
+    def action_log_std(self) -> Tensor:
+        """log σ of the action noise (A,), differentiable (the same σ as `action_std`)."""
+        if self.noise_std_type == "scalar":
+            return torch.log(self.std.clamp(min=STD_MIN))
+        return self.log_std
 
     def update_normalization(self, obs: Tensor, critic_obs: Tensor) -> None:
         if isinstance(self.obs_normalizer, EmpiricalNormalization):

@@ -67,9 +67,10 @@ def approx_kl(log_prob: Tensor, old_log_prob: Tensor) -> Tensor:
 
 def explained_variance(values: Tensor, returns: Tensor) -> Tensor:
     """1 - Var(returns - values) / Var(returns) over a batch (B,) -> (): 1 is a perfect critic, 0 is no
-    better than a constant, negative is worse; NaN when the returns do not vary."""
+    better than a constant, negative is worse; 0 when the returns do not vary (nothing to explain; a NaN
+    here would trip the runner's NaN guard on a batch that is perfectly healthy)."""
     var_returns = returns.var()
-    return torch.where(var_returns > 0, 1.0 - (returns - values).var() / var_returns, torch.nan)
+    return torch.where(var_returns > 0, 1.0 - (returns - values).var() / var_returns.clamp(min=1e-30), 0.0)
 
 
 class PPO:

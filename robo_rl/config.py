@@ -67,8 +67,8 @@ class PolicyConfig:
     """How the state-independent action std is learned: `scalar` learns σ itself (RSL-RL's default; kept
     >= 1e-6 by a clamp), `log` learns log σ. Under Adam σ falls by a roughly fixed amount per step in the
     first and by a fixed fraction in the second, so `scalar` narrows exploration faster late in training;
-    on arm-reach it reached 1 cm in 122 and 140 iterations, `log` in 186 and not within 200 (2 seeds,
-    scripts/bench_ppo.py --learning)."""
+    on arm-reach it reached 1 cm in 139 and 157 iterations, `log` not within 200 (2 seeds, before the
+    other parity changes; docs/benchmarks.md)."""
     obs_normalization: bool = True
     """Empirical running mean/std normalisation of actor and critic inputs."""
 

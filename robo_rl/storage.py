@@ -58,7 +58,11 @@ class RolloutStorage:
     def minibatches(
         self, num_mini_batches: int, epochs: int, generator: torch.Generator
     ) -> Iterator[dict[str, Tensor]]:
-        """Shuffled minibatches over the flattened (T * N) batch, `epochs` times."""
+        """Minibatches of one shuffle of the flattened (T * N) batch, the same ones in each of `epochs` passes.
+
+        One partition for all epochs, as RSL-RL does (reshuffling every epoch learned arm-reach more
+        slowly: see docs/benchmarks.md), and each minibatch is gathered once instead of once per epoch.
+        """
         b_size = self.steps * self.obs.shape[1]
         batch = {
             "obs": self.obs.flatten(0, 1),  # (B, O)
@@ -71,9 +75,9 @@ class RolloutStorage:
             "returns": self.returns.flatten(),  # (B,)
         }
         mb_size = b_size // num_mini_batches
+        perm = torch.randperm(b_size, generator=generator)
+        # index_select: same rows as v[idx], ~3x cheaper than advanced indexing on CPU
+        parts = [perm[i * mb_size : (i + 1) * mb_size] for i in range(num_mini_batches)]
+        mbs = [{k: v.index_select(0, idx) for k, v in batch.items()} for idx in parts]
         for _ in range(epochs):
-            perm = torch.randperm(b_size, generator=generator)
-            for i in range(num_mini_batches):
-                idx = perm[i * mb_size : (i + 1) * mb_size]
-                # index_select: same rows as v[idx], ~3x cheaper than advanced indexing on CPU
-                yield {k: v.index_select(0, idx) for k, v in batch.items()}
+            yield from mbs

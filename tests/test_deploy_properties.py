@@ -190,6 +190,20 @@ def test_gap_measured_q_far_outside_limits_lowers_kp():
     assert abs(torque(out, s)[0]) <= 10.0
 
 
+def test_stiffness_limit_never_raises_kp():
+    """Found by the property test in CI: an inverted clamp (margin wider than half the range) leaves
+    0 as the only target, the joint sits 1e-59 rad from it and moves at 5e15 rad/s; the lowered kd
+    rounds the damping torque a hair past the aim, the interval of fitting targets misses 0, and the
+    lowered kp came out as bound / 1e-59 = 1e44. A lowered kp must never exceed the commanded one."""
+    hw = toy_hw(margin=1.5)  # [lo, hi] collapse to the midpoint 0
+    tiny = np.full(3, 1.43417826e-59)
+    s = state(q=tiny, dq=(-4813866122184387.0, tiny[1], tiny[2]), t=1.0)  # a value that rounds past the aim
+    out, why = SafetyFilter(hw).filter_command(command(q=tiny, dq=tiny, kp=1.0, kd=1.0, tau=tiny), s)
+    assert "stiffness_limit" in why
+    assert np.all(out.kp >= 0) and np.all(out.kp <= 1.0)
+    assert np.all(np.abs(torque(out, s)) <= hw.torque_limits * hw.safety.torque_margin)
+
+
 def test_gap_gains_above_hardware_bounds_are_clipped():
     hw = toy_hw()
     out, why = SafetyFilter(hw).filter_command(command(kp=1e6, kd=1e3), state())

@@ -535,7 +535,9 @@ class SafetyFilter:
                 stiff = ~fits
                 e = target[stiff] - m[stiff]  # != 0: q itself would otherwise fit inside the limits
                 k_new = np.clip(k[stiff] * e, -b[stiff] - f[stiff], b[stiff] - f[stiff]) / e
-                k[stiff] = np.where(np.isfinite(k_new), np.maximum(k_new, 0.0), 0.0)
+                # Only ever lowered: when rounding leaves the fixed part a hair past the aim, the interval
+                # misses 0 and bound / e (e tiny) would be huge.
+                k[stiff] = np.where(np.isfinite(k_new), np.clip(k_new, 0.0, k[stiff]), 0.0)
                 kp[over] = k
                 interventions.append("stiffness_limit")
 

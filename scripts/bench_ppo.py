@@ -405,8 +405,8 @@ def train_rsl(cfg, std_type: str, eval_episodes: int) -> dict:
 
     from rsl_rl.runners import OnPolicyRunner as RslRunner
 
-    from robo_rl.evaluate import run_episodes
     from robo_rl.builders import build_env
+    from robo_rl.evaluate import run_episodes
 
     torch.manual_seed(cfg.seed)  # network initialisation; rsl-rl also samples from the global RNG
     env = build_env(cfg)

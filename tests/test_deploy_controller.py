@@ -378,13 +378,19 @@ def test_attitude_guard_on_legged_robot():
     assert_all_safe(robot, hw)
 
 
-def test_ramp_waits_limp_until_the_base_is_still():
+def _ramping_legged_robot(gyro: tuple[float, float, float]):
+    """A level 4-joint legged robot whose base turns at `gyro` (rad/s), RAMP just requested."""
     names = ("fl", "fr", "rl", "rr")
     hw = arm_hw(kind="legged", names=names, max_tilt_rad=1.0)
     clock = FakeClock()
-    robot = FakeRobot(clock, names=names, q=(0.0,) * 4, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.5, 0.0))
+    robot = FakeRobot(clock, names=names, q=(0.0,) * 4, quat=(1.0, 0.0, 0.0, 0.0), gyro=gyro)
     ctrl = Controller(robot, hw, None, np.zeros(4), clock=clock, sleep=clock.sleep)
     ctrl.request_ramp()
+    return ctrl, robot, clock, hw
+
+
+def test_ramp_waits_limp_until_the_base_is_still():
+    ctrl, robot, clock, hw = _ramping_legged_robot(gyro=(0.0, 0.5, 0.0))
     step(ctrl, clock, 30)  # 0.6 s of a moving base (being set down, settling)
     assert ctrl.mode is Mode.RAMP
     assert all(np.all(c.kp == 0.0) and np.all(c.kd == 0.0) for _, c in robot.sent)  # limp while it moves
@@ -397,12 +403,7 @@ def test_ramp_waits_limp_until_the_base_is_still():
 
 
 def test_ramp_faults_when_the_base_never_gets_still():
-    names = ("fl", "fr", "rl", "rr")
-    hw = arm_hw(kind="legged", names=names, max_tilt_rad=1.0)
-    clock = FakeClock()
-    robot = FakeRobot(clock, names=names, q=(0.0,) * 4, quat=(1.0, 0.0, 0.0, 0.0), gyro=(0.0, 0.0, 1.0))
-    ctrl = Controller(robot, hw, None, np.zeros(4), clock=clock, sleep=clock.sleep)
-    ctrl.request_ramp()
+    ctrl, robot, clock, _ = _ramping_legged_robot(gyro=(0.0, 0.0, 1.0))
     step(ctrl, clock, int(5.0 / PERIOD) + 5)
     assert ctrl.mode is Mode.DAMP and ctrl.state_machine.fault_reason == "imu_check"
     assert "never still" in ctrl.last_error

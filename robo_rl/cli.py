@@ -24,11 +24,16 @@ from typing import Any, NamedTuple, NoReturn
 import numpy as np
 
 from robo_rl.assets import find_data_file
-from robo_rl.config import ConfigError, UserError, load_yaml, resolve_train_config, resume_changes
+from robo_rl.config import (
+    MAX_NUM_ENVS,
+    MAX_SEED,
+    ConfigError,
+    UserError,
+    load_yaml,
+    resolve_train_config,
+    resume_changes,
+)
 
-MAX_EPISODES = 1_000_000
-"""`play --episodes` runs one world per episode; the same bound as sim.num_envs."""
-MAX_SEED = 2**31 - 1
 
 class _Parser(argparse.ArgumentParser):
     """argparse with its errors as one line (`robo-rl train: argument --num-envs: ...`), exit 2."""
@@ -174,15 +179,9 @@ def _find_run_dir(run: str) -> Path:
     raise UserError(f"run {run!r} not found (expected a run folder holding config.yaml)")
 
 
-def _lock_run_dir(run_dir: Path) -> Any:
-    """Lock an existing run folder for this process (RunInUse when another live process holds it)."""
-    from robo_rl.checkpoint import RunLock
-
-    return RunLock(run_dir)
-
-
 def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
     """Create, lock and write the config of a new run folder; returns the lock. On failure nothing is left."""
+    from robo_rl.checkpoint import RunLock
     from robo_rl.runner import write_config
 
     created = not run_dir.exists()
@@ -193,7 +192,7 @@ def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
                         "(check runner.log_dir and --run-name)") from None
     lock = None
     try:
-        lock = _lock_run_dir(run_dir)
+        lock = RunLock(run_dir)
         if (run_dir / "config.yaml").exists():  # another process started this run meanwhile
             raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
         write_config(run_dir, cfg)
@@ -208,10 +207,11 @@ def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
 
 def cmd_train(args: argparse.Namespace) -> int:
     start = _train_config(args)
+    from robo_rl.checkpoint import RunLock
     from robo_rl.runner import OnPolicyRunner, write_config
 
     # A live run is refused before anything is built; a failed resume leaves its folder as it was.
-    lock = _lock_run_dir(start.run_dir) if start.resuming else None
+    lock = RunLock(start.run_dir) if start.resuming else None
     try:
         runner = OnPolicyRunner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
         try:
@@ -281,8 +281,8 @@ def _eval_line(result: dict[str, Any]) -> str:
 def cmd_play(args: argparse.Namespace) -> int:
     from robo_rl.evaluate import evaluate_checkpoint
 
-    if not 1 <= args.episodes <= MAX_EPISODES:
-        raise UserError(f"--episodes {args.episodes}: must be 1 .. {MAX_EPISODES} (one world per episode)")
+    if not 1 <= args.episodes <= MAX_NUM_ENVS:
+        raise UserError(f"--episodes {args.episodes}: must be 1 .. {MAX_NUM_ENVS} (one world per episode)")
     if not 0 <= args.seed <= MAX_SEED:
         raise UserError(f"--seed {args.seed}: must be 0 .. {MAX_SEED}")
     result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video)

@@ -32,6 +32,12 @@ class ConfigError(UserError, ValueError):
     """A user mistake in a config file or override; the CLI prints it as one line."""
 
 
+MAX_NUM_ENVS = 1_000_000
+"""Most parallel worlds (sim.num_envs; also `play --episodes`, one world per episode)."""
+MAX_SEED = 2**31 - 1
+"""Largest seed (torch, numpy and the envs all accept it)."""
+
+
 def _f(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
     """A dataclass field with validation metadata (ge, gt, le, choices, note)."""
     if isinstance(default, (list, dict)):
@@ -45,7 +51,7 @@ class SimConfig:
 
     backend: str = _f("mujoco_cpu", choices=("mujoco_cpu",), note="mujoco_warp and isaaclab are not implemented yet")
     """Physics backend: `mujoco_cpu` (threads over `mujoco.rollout`)."""
-    num_envs: int = _f(1024, ge=1, le=1_000_000)
+    num_envs: int = _f(1024, ge=1, le=MAX_NUM_ENVS)
     """Number of parallel worlds."""
     num_threads: int = _f(0, ge=0, le=1024)
     """Worker threads for physics; 0 means one per CPU core."""
@@ -149,7 +155,7 @@ class TrainConfig:
     """Registered task name (`robo-rl tasks` lists them)."""
     algo_name: str = _f("ppo", choices=("ppo",))
     """Learning algorithm."""
-    seed: int = _f(0, ge=0, le=2**31 - 1)
+    seed: int = _f(0, ge=0, le=MAX_SEED)
     """Seed for torch, numpy and the environments."""
     device: str = _f("cpu", choices=("cpu",), note="GPU training is not implemented yet")
     """Torch device for the learner (only `cpu` for now; the field stays so configs keep their schema)."""

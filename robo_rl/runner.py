@@ -62,17 +62,13 @@ def non_finite_step(
 
     The "policy" group is a view of "critic", so checking "critic" covers both.
     """
-    parts = [("reward", reward), ("observation", obs["critic"])]  # reward (N,), observation (N, O_c)
+    parts = {"reward": reward, "observation": obs["critic"]}  # reward (N,), observation (N, O_c)
     if final_obs is not None and final_obs["critic"] is not obs["critic"]:  # only after resets
-        parts.append(("observation before reset", final_obs["critic"]))
-    parts = [(name, x) for name, x in parts if x is not None]
-    ok = torch.isfinite(parts[0][1]).all()
-    for _, x in parts[1:]:
-        ok &= torch.isfinite(x).all()
-    if ok:
-        return ""
-    name, x = next((name, x) for name, x in parts if not torch.isfinite(x).all())
-    return f"{name} in {_count_bad(x)}"
+        parts["observation before reset"] = final_obs["critic"]
+    for name, x in parts.items():
+        if x is not None and not torch.isfinite(x).all():
+            return f"{name} in {_count_bad(x)}"
+    return ""
 
 
 def non_finite_update(stats: dict[str, float], module: torch.nn.Module) -> str:

@@ -24,6 +24,7 @@ def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = 
         num_envs or cfg.sim.num_envs,
         seed=cfg.seed if seed is None else seed,
         num_threads=cfg.sim.num_threads,
+        backend=cfg.sim.backend,
     )
 
 

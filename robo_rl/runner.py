@@ -60,9 +60,12 @@ def non_finite_step(
 ) -> str:
     """"" when observations, reward and pre-reset observations are finite, else what is not (for the message).
 
-    The "policy" group is a view of "critic", so checking "critic" covers both.
+    Without observation noise and history the "policy" group is a view of "critic", so checking
+    "critic" covers both; otherwise the policy group is checked too.
     """
     parts = {"reward": reward, "observation": obs["critic"]}  # reward (N,), observation (N, O_c)
+    if obs["policy"]._base is not obs["critic"]:
+        parts["policy observation"] = obs["policy"]
     if final_obs is not None and final_obs["critic"] is not obs["critic"]:  # only after resets
         parts["observation before reset"] = final_obs["critic"]
     for name, x in parts.items():

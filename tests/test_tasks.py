@@ -1,27 +1,38 @@
+import dataclasses
+import math
+
 import pytest
 import torch
 
-from robo_rl.tasks import TASKS, make_env
+from robo_rl.tasks import TASKS, make_env, task_config_class
 
 
 @pytest.mark.parametrize("name", list(TASKS))
 def test_task_steps_with_finite_obs_of_contract_shapes(name):
-    env = make_env(name, 8, seed=3)
+    """Every task: reset and 200 steps on 4 worlds, shapes as the contract says, finite, every reward term logged."""
+    cfg = dataclasses.replace(task_config_class(name)(), episode_length_s=1.0)  # episodes end within the test
+    env = make_env(name, 4, cfg=cfg, seed=3)
     contract = env.contract
+    contract.validate()
     obs = env.reset()
-    assert obs["policy"].shape == (8, contract.obs_dim)
-    assert env.action_dim == contract.action_dim == len(contract.joint_names)
+    assert obs["policy"].shape == (4, contract.obs_dim)
+    assert env.action_dim == contract.action_dim
     gen = torch.Generator().manual_seed(0)
-    for _ in range(100):
-        actions = torch.randn(8, env.action_dim, generator=gen)
+    logged = set()
+    for _ in range(200):
+        actions = torch.randn(4, env.action_dim, generator=gen)
         obs, reward, terminated, truncated, info = env.step(actions)
-        assert obs["policy"].shape == (8, contract.obs_dim)
-        assert obs["critic"].shape == (8, env.obs_dims["critic"])
-        assert info["final_obs"]["policy"].shape == (8, contract.obs_dim)
-        assert reward.shape == terminated.shape == truncated.shape == (8,)
-        for group in obs.values():
-            assert torch.isfinite(group).all()
+        assert obs["policy"].shape == (4, contract.obs_dim)
+        assert obs["critic"].shape == (4, env.obs_dims["critic"])
+        assert info["final_obs"]["policy"].shape == (4, contract.obs_dim)
+        assert reward.shape == terminated.shape == truncated.shape == (4,)
+        for key, group in obs.items():
+            assert group.shape[0] == 4
+            if group.is_floating_point():
+                assert torch.isfinite(group).all(), key
         assert torch.isfinite(reward).all()
+        logged |= {k for k, v in info["log"].items() if math.isfinite(v)}
+    assert {f"Episode_Reward/{t}" for t in env.reward_terms} <= logged
     env.close()
 
 

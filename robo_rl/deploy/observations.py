@@ -84,6 +84,12 @@ class ObservationBuilder:
         self.default_q = np.asarray(contract.default_joint_pos)  # (J,) policy order
         self._names: tuple[str, ...] | None = None
         self._index: np.ndarray | None = None  # state index of each policy joint
+        # Past values of terms with history > 1, (history - 1, dim) oldest first; None until the first build.
+        self._past: dict[str, np.ndarray] | None = None
+
+    def reset(self) -> None:
+        """Forget the observation history: the next `build` fills it with its own values (as a sim reset does)."""
+        self._past = None
 
     def policy_index(self, state_names: tuple[str, ...]) -> np.ndarray:
         """For each policy joint, its position in `state_names`; ValueError naming missing joints."""
@@ -127,8 +133,15 @@ class ObservationBuilder:
         return out
 
     def build(self, state: RobotState, *, commands: Mapping[str, np.ndarray], action: np.ndarray) -> np.ndarray:
-        """Policy input (O,) float32: terms in contract order, scaled and clipped like in training."""
+        """Policy input (O,) float32: terms in contract order, scaled and clipped like in training.
+
+        A term with history h contributes its last h values, oldest first, as the sim side stacks them;
+        call once per control step (each call advances the history) and `reset` when a new episode starts.
+        """
         values = self.terms(state, commands=commands, action=action)
+        first = self._past is None
+        if first:
+            self._past = {}
         parts = []
         for term in self.contract.observation:
             if term.name not in values:
@@ -136,5 +149,12 @@ class ObservationBuilder:
             v = np.asarray(values[term.name], dtype=np.float32) * np.float32(term.scale)
             if term.clip is not None:
                 v = np.clip(v, -term.clip, term.clip)
+            if term.history > 1:
+                if first:
+                    self._past[term.name] = np.repeat(v[None], term.history - 1, axis=0)  # (h - 1, dim)
+                past = self._past[term.name]
+                parts.append(past.reshape(-1).copy())
+                past[:-1] = past[1:]
+                past[-1] = v
             parts.append(v)
         return np.concatenate(parts)

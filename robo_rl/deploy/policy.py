@@ -87,7 +87,7 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
 
     Checks the contract on its own (`DeployContract.validate`), then against the hardware: joints,
     robot, rate, observation terms computable on this robot kind (IMU terms need `kind: legged`),
-    history and chunk 1 (the deploy side stacks no history and runs no chunks), default pose inside
+    chunk 1 (the deploy side runs one action per inference), default pose inside
     the limits, torque limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max).
 
     Raises:
@@ -137,9 +137,6 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
         if t.name not in allowed:
             raise ValueError(f"contract observation term {t.name!r} is not computed by the deploy side on a "
                              f"{hw.kind} robot (computable: {', '.join(allowed)})")
-        if t.history != 1:
-            raise ValueError(f"contract observation term {t.name!r} history = {t.history}: the deploy side "
-                             f"stacks no history (must be 1)")
     if contract.action.chunk != 1:
         raise ValueError(f"contract action.chunk = {contract.action.chunk}: the deploy side runs one action "
                          f"per inference (must be 1)")
@@ -192,6 +189,7 @@ class PolicyStep:
 
     def reset(self) -> None:
         self.last_action[:] = 0.0
+        self.builder.reset()
 
     def __call__(self, state: RobotState) -> np.ndarray:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)

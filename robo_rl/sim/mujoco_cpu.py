@@ -139,6 +139,7 @@ class MujocoCpuBackend:
         self.sensordata = torch.from_numpy(self._sensordata)  # (N, D)
 
         self._init_state = self._default_state(keyframe)  # (S,)
+        self.init_state = torch.from_numpy(self._init_state)  # (S,) read-only by convention
         self._state[:] = self._init_state
         self._forward_worlds(np.arange(num_envs))
 
@@ -271,12 +272,28 @@ class MujocoCpuBackend:
             self._models[i] = copy.copy(self.model)
         return self._models[i]
 
-    def set_model_field(self, field: str, ids: Sequence[int], values: np.ndarray) -> None:
-        """Set `model.<field>` for each world in ids; values has shape (len(ids), *field.shape)."""
-        if not hasattr(self.model, field):
-            raise ValueError(f"MjModel has no field {field!r}")
-        for k, i in enumerate(ids):
-            getattr(self.world_model(int(i)), field)[...] = values[k]
+    def model_field(self, field: str) -> torch.Tensor:
+        """(N, *shape) float64 copy of `model.<field>` in every world (per-world values after randomisation)."""
+        _check_field(self.model, field)
+        return torch.from_numpy(np.stack([getattr(m, field) for m in self._models]).astype(np.float64))
+
+    def set_model_field(
+        self, field: str, ids: Sequence[int] | torch.Tensor, values: np.ndarray | torch.Tensor
+    ) -> None:
+        """Set `model.<field>` for each world in ids; values has shape (len(ids), *field.shape).
+
+        Each changed world gets its own model copy on first use (`world_model`); a few hundred kB per
+        world for the robots here. Size-changing fields (e.g. adding geoms) are not allowed: worlds
+        share one structure.
+        """
+        _check_field(self.model, field)
+        vals = _np(values)
+        shape = getattr(self.model, field).shape
+        idx = _np(ids, np.int64).reshape(-1)
+        if vals.shape != (len(idx), *shape):
+            raise ValueError(f"model field {field!r}: values have shape {vals.shape}, expected {(len(idx), *shape)}")
+        for k, i in enumerate(idx.tolist()):
+            getattr(self.world_model(i), field)[...] = vals[k]
 
     # ------------------------------------------------------------------ rendering
     def render(
@@ -300,6 +317,11 @@ class MujocoCpuBackend:
             r.close()
         self._renderers.clear()
         self._pool.close()
+
+
+def _check_field(model: mujoco.MjModel, field: str) -> None:
+    if not isinstance(getattr(model, field, None), np.ndarray):
+        raise ValueError(f"MjModel has no array field {field!r}")
 
 
 def _np(x: torch.Tensor | np.ndarray, dtype: type = np.float64) -> np.ndarray:

@@ -26,7 +26,9 @@ def task_config_class(name: str) -> type:
     return task_entry(name)[1]
 
 
-def make_env(name: str, num_envs: int, *, cfg: Any = None, seed: int = 0, num_threads: int = 0) -> TaskEnv:
+def make_env(name: str, num_envs: int, *, cfg: Any = None, seed: int = 0, num_threads: int = 0,
+             backend: str = "mujoco_cpu") -> TaskEnv:
     """Build a registered task with its default config (or `cfg`)."""
     env_cls, cfg_cls = task_entry(name)
-    return env_cls(cfg if cfg is not None else cfg_cls(), num_envs, seed=seed, num_threads=num_threads)
+    cfg = cfg if cfg is not None else cfg_cls()
+    return env_cls(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)

@@ -7,7 +7,7 @@ the metric is the end-effector distance at the end of the episode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -17,6 +17,7 @@ from robo_rl.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.events import DomainRandConfig
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 
@@ -51,6 +52,12 @@ class ArmReachConfig:
         {"position_error": -1.0, "position_error_tanh": 1.0, "action_rate": -0.005, "joint_vel": -0.001}
     )
     """Scale of each reward term (sum of scale * term * dt)."""
+    randomization: DomainRandConfig = field(default_factory=DomainRandConfig)
+    """Domain randomisation ranges (robo_rl.tasks.events; all off by default)."""
+    motor_lag_s: float = _f(0.0, ge=0.0, le=1.0)
+    """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
+    obs_history: dict[str, int] = _f({})
+    """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""
 
     def validate(self) -> None:
         check_model_file(self.model)
@@ -81,9 +88,10 @@ class ArmReachEnv(TaskEnv):
     )
     critic_extra_terms = ()
 
-    def __init__(self, cfg: ArmReachConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
+    def __init__(self, cfg: ArmReachConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
+                 backend: str = "mujoco_cpu"):
         self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame; read by _refresh
-        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
+        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
         self.ee_pos_w = self.sensors32[:, self.backend.sensor_slice("ee_pos")]  # (N, 3) view, refreshed in place
         self.base_pos = torch.zeros(3)  # the arm's base sits at the world origin
         self.action = torch.zeros(num_envs, self.action_dim)  # (N, A)

@@ -8,6 +8,7 @@ episode bookkeeping, auto-reset with `info["final_obs"]`, logging and the RNG.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +20,10 @@ from torch import Tensor
 from robo_rl.assets import find_asset
 from robo_rl.config import ConfigError
 from robo_rl.contract import ActionSpec, DeployContract, ObsTerm
-from robo_rl.sim.mujoco_cpu import MujocoCpuBackend, load_model
+from robo_rl.sim.backend import PhysicsBackend, make_backend
+from robo_rl.sim.mujoco_cpu import load_model
+from robo_rl.tasks import events
+from robo_rl.tasks.events import DomainRandConfig
 
 
 def check_model_file(model: str, path: str = "env.model") -> None:
@@ -32,11 +36,27 @@ def check_model_file(model: str, path: str = "env.model") -> None:
         raise ConfigError(f"config error: {path} = {model!r}: {exc}") from None
 
 
-def _load_mjcf(model: str) -> Any:
-    """The MjModel of a task's MJCF; ConfigError (one line) when it is missing or MuJoCo cannot compile it."""
+def _load_mjcf(model: str, *, motor_lag_s: float = 0.0, lag_actuators: tuple[str, ...] = ()) -> Any:
+    """The MjModel of a task's MJCF; ConfigError (one line) when it is missing or MuJoCo cannot compile it.
+
+    motor_lag_s > 0 gives the actuators `lag_actuators` a first-order lag of that time constant
+    (MuJoCo's exact `filterexact` dynamics): the commanded position moves toward ctrl with time
+    constant motor_lag_s, integrated every physics step, and the lagged value is part of the state.
+    """
     check_model_file(model)
     try:
-        return load_model(find_asset(model))
+        if motor_lag_s <= 0.0:
+            return load_model(find_asset(model))
+        import mujoco
+
+        spec = mujoco.MjSpec.from_file(str(find_asset(model)))
+        for name in lag_actuators:
+            actuator = spec.actuator(name)
+            if actuator is None:
+                raise ConfigError(f"config error: env.motor_lag_s: the model has no actuator {name!r} to delay")
+            actuator.dyntype = mujoco.mjtDyn.mjDYN_FILTEREXACT
+            actuator.dynprm[0] = motor_lag_s
+        return spec.compile()
     except ValueError as exc:  # mujoco reports XML and compile errors as ValueError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"config error: env.model = {model!r}: MuJoCo cannot load it: {first}") from None
@@ -60,16 +80,19 @@ class TaskEnv:
     critic_extra_terms: tuple[ObsTerm, ...] = ()
     """Privileged terms appended to the policy terms for the critic."""
     keyframe: str | None = None
+    base_joint: str | None = None
+    """Name of the free joint of a floating-base robot (pushes act on it); None for fixed-base robots."""
     start_grid_s = 0.2
     """Random episode starts (training) lie on this grid (s); see `reset`."""
 
-    def __init__(self, cfg: Any, num_envs: int, *, seed: int = 0, num_threads: int = 0):
+    def __init__(self, cfg: Any, num_envs: int, *, seed: int = 0, num_threads: int = 0,
+                 backend: str = "mujoco_cpu"):
         self.cfg = cfg
         self.num_envs = num_envs
-        self.device = torch.device("cpu")
-        self.backend = MujocoCpuBackend(
-            _load_mjcf(cfg.model), num_envs, num_threads=num_threads, keyframe=self.keyframe
+        self.backend: PhysicsBackend = make_backend(
+            backend, self._load_model(cfg), num_envs, num_threads=num_threads, keyframe=self.keyframe
         )
+        self.device = self.backend.device
         self.backend.model.opt.timestep = cfg.physics_dt
         self.dt = cfg.physics_dt * cfg.decimation
         self.max_episode_length = max(1, round(cfg.episode_length_s / self.dt))
@@ -80,8 +103,14 @@ class TaskEnv:
         self.episode_steps = self._clocks[1]  # (N,) steps actually taken since reset
         self.episode_sums = torch.zeros(len(self.reward_terms), num_envs)  # (K, N) weighted term sums
         self._reward_weights = torch.tensor([cfg.rewards[n] * self.dt for n in self.reward_terms])[:, None]  # (K, 1)
+        self.policy_terms = with_history(self.policy_terms, getattr(cfg, "obs_history", {}))
+        self.rand: DomainRandConfig = getattr(cfg, "randomization", None) or DomainRandConfig()
+        noise = {t.name: self.rand.obs_noise.get(t.name, 0.0) for t in self.policy_terms}
+        self._obs_noise = {k: v for k, v in noise.items() if v > 0.0}  # term -> half-width
+        # The policy group is a view of the critic's first columns unless it has noise or history.
+        self._policy_is_view = not self._obs_noise and all(t.history == 1 for t in self.policy_terms)
         self.obs_dims = {
-            "policy": sum(t.dim for t in self.policy_terms),
+            "policy": sum(t.dim * t.history for t in self.policy_terms),
             "critic": sum(t.dim for t in self.policy_terms + self.critic_extra_terms),
         }
         self.action_dim = len(self.joint_names)
@@ -95,6 +124,11 @@ class TaskEnv:
         self._joint_views = isinstance(self.q_idx, slice) and isinstance(self.dq_idx, slice)
         self.q = self.qpos32[:, self.q_idx]  # (N, J) a view when the joints' addresses are consecutive
         self.dq = self.qvel32[:, self.dq_idx]  # (N, J)
+        # Past values of policy terms with history > 1: (N, history - 1, dim), oldest first.
+        self._history = {
+            t.name: torch.zeros(num_envs, t.history - 1, t.dim) for t in self.policy_terms if t.history > 1
+        }
+        self._setup_randomization()
         self._refresh_state()
 
     def _resolve_joints(self) -> None:
@@ -109,9 +143,16 @@ class TaskEnv:
         self.kp = torch.tensor(m.actuator_gainprm[a, 0], dtype=torch.float32)  # (J,)
         self.kd = torch.tensor(-m.actuator_biasprm[a, 2], dtype=torch.float32)  # (J,)
         self.torque_limit = torch.tensor(m.actuator_forcerange[a, 1], dtype=torch.float32)  # (J,)
+        self._kp_nominal = self.kp.to(torch.float64)  # (J,)
+        self._kd_nominal = self.kd.to(torch.float64)
+        self._torque_limit_nominal = self.torque_limit.to(torch.float64)
+        actadr = m.actuator_actadr[a]  # (J,) -1 for actuators without dynamics
+        act0 = b.slices["act"].start
+        self._lag_columns = torch.from_numpy(act0 + actadr) if (actadr >= 0).all() and m.na else None  # (J,)
+        self._base_dof = int(m.jnt_dofadr[b.name_id("joint", self.base_joint)]) if self.base_joint else 0
         self.ctrl_low = torch.tensor(m.actuator_ctrlrange[a, 0], dtype=torch.float32)
         self.ctrl_high = torch.tensor(m.actuator_ctrlrange[a, 1], dtype=torch.float32)
-        init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]])
+        init_qpos = b.init_state[b.slices["qpos"]]
         self.default_joint_pos = init_qpos[self.q_idx].to(torch.float32)  # (J,)
         # The contract carries the model's own float64 numbers (not their float32 copies above).
         self._contract_joints = {
@@ -120,6 +161,117 @@ class TaskEnv:
             "kd": tuple((-m.actuator_biasprm[a, 2]).tolist()),
             "torque_limits": tuple(m.actuator_forcerange[a, 1].tolist()),
         }
+
+    def _load_model(self, cfg: Any) -> Any:
+        """The MjModel the backend will own (a task overrides this to edit the model, e.g. fill terrain)."""
+        return _load_mjcf(cfg.model, motor_lag_s=getattr(cfg, "motor_lag_s", 0.0), lag_actuators=self.joint_names)
+
+    # ------------------------------------------------------------------ domain randomisation
+    def _setup_randomization(self) -> None:
+        """Resolve what the randomisation touches, allocate the action queue and push timers, sample startup values."""
+        r, n, m = self.rand, self.num_envs, self.backend.model
+        self.randomization: dict[str, Tensor] = {}  # name -> per-world samples (N, ...) float64
+        self._dr_log: dict[str, float] = {}
+        self._physics_rand = [k for k in ("friction_scale", "mass_scale", "kp_scale", "kd_scale", "motor_strength",
+                                          "damping_add", "armature_add") if r.enabled(k)]
+        if r.com_offset > 0:
+            self._physics_rand.append("com_offset")
+        self._dofs = torch.arange(m.nv)[self.dq_idx]  # (J,) dof address of each policy joint
+        unknown = sorted(set(r.obs_noise) - {t.name for t in self.policy_terms})
+        if unknown:
+            raise ConfigError(f"config error: env.randomization.obs_noise.{unknown[0]}: not a policy observation "
+                              f"term; terms: {', '.join(t.name for t in self.policy_terms)}")
+        lo, hi = r.action_latency_steps
+        self.action_delay = torch.full((n,), lo, dtype=torch.long)  # (N,) control steps
+        self._action_queue = torch.zeros(n, hi + 1, self.action_dim) if hi > 0 else None  # (N, L, A)
+        self._push_steps = max(1, round(r.push_interval_s / self.dt))  # control steps between pushes
+        self._push_timer = torch.zeros(n, dtype=torch.long)  # (N,) control steps until the next push
+        self._pushes = r.push_interval_s > 0 and r.push_velocity > 0
+        if self._pushes and self.base_joint is None:
+            raise ConfigError(f"config error: env.randomization.push_interval_s = {r.push_interval_s}: this task has "
+                              "no floating base to push")
+        if self._pushes:
+            self._push_timer.fill_(self._push_steps)
+        if self._physics_rand:
+            self._randomize_physics(torch.arange(n))
+
+    def _randomize_physics(self, ids: Tensor) -> None:
+        """Draw new physics parameters for worlds `ids` (K,) and write them into their models."""
+        r, g, k, m = self.rand, self.generator, ids.numel(), self.backend.model
+        j = self.action_dim
+        shapes = {"friction_scale": (k,), "mass_scale": (k, m.nbody), "com_offset": (k, m.nbody, 3),
+                  "kp_scale": (k, j), "kd_scale": (k, j), "motor_strength": (k, j), "damping_add": (k, j),
+                  "armature_add": (k, j)}
+        for name in self._physics_rand:
+            lo, hi = (-r.com_offset, r.com_offset) if name == "com_offset" else getattr(r, name)
+            sample = events.uniform(g, shapes[name], lo, hi)
+            if name not in self.randomization:
+                self.randomization[name] = torch.zeros((self.num_envs, *shapes[name][1:]), dtype=torch.float64)
+            self.randomization[name][ids] = sample
+        self._write_physics(ids)
+
+    def _write_physics(self, ids: Tensor) -> None:
+        """Write the stored samples of worlds `ids` into their model fields (from the nominal values)."""
+        b, m, k = self.backend, self.backend.model, ids.numel()
+        s = {name: v[ids] for name, v in self.randomization.items()}
+
+        def nominal(field: str) -> Tensor:
+            return torch.from_numpy(getattr(m, field).astype("float64")).expand(k, *getattr(m, field).shape)
+
+        if "friction_scale" in s:
+            b.set_model_field("geom_friction", ids, events.randomize_friction(nominal("geom_friction"),
+                                                                              s["friction_scale"]))
+        if "mass_scale" in s:
+            b.set_model_field("body_mass", ids, events.randomize_mass(nominal("body_mass"), s["mass_scale"]))
+        if "com_offset" in s:
+            b.set_model_field("body_ipos", ids, events.randomize_com(nominal("body_ipos"), s["com_offset"]))
+        act = self._act_columns
+        if "kp_scale" in s or "kd_scale" in s:
+            ones = torch.ones(k, self.action_dim, dtype=torch.float64)
+            kp_s, kd_s = s.get("kp_scale", ones), s.get("kd_scale", ones)
+            gain, bias = events.randomize_pd_gains(nominal("actuator_gainprm"), nominal("actuator_biasprm"), act,
+                                                   kp_s, kd_s)
+            b.set_model_field("actuator_gainprm", ids, gain)
+            b.set_model_field("actuator_biasprm", ids, bias)
+            self.kp = _per_world(self.kp, self.num_envs)
+            self.kd = _per_world(self.kd, self.num_envs)
+            self.kp[ids] = (self._kp_nominal * kp_s).to(torch.float32)
+            self.kd[ids] = (self._kd_nominal * kd_s).to(torch.float32)
+        if "motor_strength" in s:
+            b.set_model_field("actuator_forcerange", ids,
+                              events.randomize_motor_strength(nominal("actuator_forcerange"), act, s["motor_strength"]))
+            self.torque_limit = _per_world(self.torque_limit, self.num_envs)
+            self.torque_limit[ids] = (self._torque_limit_nominal * s["motor_strength"]).to(torch.float32)
+        for name, field in (("damping_add", "dof_damping"), ("armature_add", "dof_armature")):
+            if name in s:
+                b.set_model_field(field, ids, events.add_to_dofs(nominal(field), self._dofs, s[name]))
+        self._dr_log = {f"Randomization/{name}": float(v.mean()) for name, v in self.randomization.items()}
+
+    def _reset_events(self, ids: Tensor) -> None:
+        """Reset-time events of worlds `ids`: physics resampling (mode reset), action delays, queue, push timers."""
+        if self._physics_rand and self.rand.mode == "reset":
+            self._randomize_physics(ids)
+        lo, hi = self.rand.action_latency_steps
+        if hi > lo:
+            self.action_delay[ids] = torch.randint(lo, hi + 1, (ids.numel(),), generator=self.generator)
+        if self._action_queue is not None:
+            self._action_queue[ids] = 0.0  # a reset world holds its reset pose until its first action arrives
+        if self._pushes:
+            self._push_timer[ids] = self._push_steps
+
+    def _interval_events(self) -> None:
+        """Pushes of worlds whose push timer ran out (before the physics of this step)."""
+        self._push_timer -= 1
+        due = (self._push_timer <= 0).nonzero().squeeze(-1)  # (K,)
+        if due.numel() == 0:
+            return
+        v = self.rand.push_velocity
+        push = events.uniform(self.generator, (due.numel(), 2), -v, v)
+        adr = self._base_dof
+        qvel = self.backend.qvel[due]  # (K, nv) a copy
+        qvel[:, adr : adr + 6] = events.push_base(qvel[:, adr : adr + 6], push)
+        self.backend.qvel[due] = qvel
+        self._push_timer[due] = self._push_steps
 
     def _set_joint_targets(self, q_target: Tensor, ids: Tensor | None = None) -> None:
         """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl."""
@@ -222,7 +374,7 @@ class TaskEnv:
                 slots = -(-self.max_episode_length // self.start_stride)  # ceil
                 start = torch.randint(0, slots, (self.num_envs,), generator=self.generator)
                 self.episode_length[:] = start * self.start_stride
-            return self.get_observations()
+            return self._observe(fill_ids=torch.arange(self.num_envs))[0]
 
     def step(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, dict[str, Any]]:
         with single_torch_thread():
@@ -242,6 +394,10 @@ class TaskEnv:
         if actions.requires_grad:
             actions = actions.detach()
         actions = actions.clamp(-self.cfg.action_clip, self.cfg.action_clip)
+        if self._action_queue is not None:  # action latency: apply what the policy sent delay steps ago
+            actions = events.delayed_actions(self._action_queue, actions, self.action_delay)
+        if self._pushes:
+            self._interval_events()
         self._apply_action(actions)
         self.backend.step(self.cfg.decimation)
         self._refresh()
@@ -259,27 +415,59 @@ class TaskEnv:
         else:
             truncated &= ~terminated
             done = terminated | truncated
-        obs = self.get_observations()
+        obs, current = self._observe()
+        self._push_history(current)
         info: dict[str, Any] = {"final_obs": obs, "log": {}, "episode": {}}
         ended = done.nonzero().squeeze(-1)  # (K,)
         if ended.numel() > 0:
             metrics = self._episode_metrics(ended)
             info["episode"] = {"ids": ended, **metrics}
-            info["log"] = self._episode_log(ended, terminated, metrics)
+            info["log"] = {**self._episode_log(ended, terminated, metrics), **self._dr_log}
             self._reset_ids(ended)
-            obs = self.get_observations()
+            obs, _ = self._observe(fill_ids=ended)
         return obs, reward, terminated, truncated, info
 
     def get_observations(self) -> dict[str, Tensor]:
         """Observation groups for the current state: "policy" (N, O) and "critic" (N, O_c).
 
-        The critic's terms start with the policy's, so both come from one concatenation: "policy"
-        is a view of the critic's first O columns.
+        The critic's terms start with the policy's current values: without observation noise and
+        history both come from one concatenation and "policy" is a view of the critic's first O
+        columns. With them, "policy" stacks each term's last `history` values (oldest first, noise
+        included) and the critic sees the clean current values.
+        """
+        return self._observe()[0]
+
+    def _observe(self, fill_ids: Tensor | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """(observation groups, current policy term values with noise) for the current state.
+
+        fill_ids: worlds just reset, whose history is filled with their current values first.
         """
         values = self._obs_terms()
         parts = [self._apply_term(t, values[t.name]) for t in self.policy_terms + self.critic_extra_terms]
         critic = torch.cat(parts, dim=-1)  # (N, O_c)
-        return {"policy": critic[:, : self.obs_dims["policy"]], "critic": critic}
+        if self._policy_is_view:
+            return {"policy": critic[:, : self.obs_dims["policy"]], "critic": critic}, {}
+        current, stacked = {}, []
+        for t, clean in zip(self.policy_terms, parts, strict=False):
+            v = clean
+            if t.name in self._obs_noise:
+                width = self._obs_noise[t.name]
+                noise = torch.rand(v.shape, generator=self.generator).mul_(2 * width).sub_(width)
+                v = self._apply_term(t, values[t.name].to(torch.float32) + noise)
+            current[t.name] = v
+            if t.history > 1:
+                past = self._history[t.name]  # (N, h - 1, dim)
+                if fill_ids is not None:
+                    past[fill_ids] = v[fill_ids, None, :].expand(-1, t.history - 1, -1)
+                v = torch.cat([past.flatten(1), v], dim=-1)  # (N, h * dim) oldest first
+            stacked.append(v)
+        return {"policy": torch.cat(stacked, dim=-1), "critic": critic}, current
+
+    def _push_history(self, current: dict[str, Tensor]) -> None:
+        """Append this step's policy term values to their histories (dropping the oldest)."""
+        for name, past in self._history.items():
+            past[:, :-1] = past[:, 1:].clone()
+            past[:, -1] = current[name]
 
     # ------------------------------------------------------------------ internals
     @staticmethod
@@ -295,7 +483,11 @@ class TaskEnv:
     def _reset_ids(self, ids: Tensor) -> None:
         self._clocks.index_fill_(1, ids, 0)
         self.episode_sums.index_fill_(1, ids, 0.0)
+        self._reset_events(ids)
         self._reset_worlds(ids)
+        if self._lag_columns is not None:  # lagged motors start at their reset targets, not at zero
+            b = self.backend
+            b.state[ids[:, None], self._lag_columns] = b.ctrl[ids[:, None], self._act_columns]
         self._refresh()
 
     def _episode_log(self, ids: Tensor, terminated: Tensor, metrics: dict[str, Tensor]) -> dict[str, float]:
@@ -326,7 +518,13 @@ class TaskEnv:
             "episode_steps": self.episode_steps.clone(),
             "generator": self.generator.get_state(),
             "episode_sums": self.episode_sums.clone(),
+            "action_delay": self.action_delay.clone(),
+            "push_timer": self._push_timer.clone(),
         }
+        if self._action_queue is not None:
+            out["action_queue"] = self._action_queue.clone()
+        out.update({f"history/{k}": v.clone() for k, v in self._history.items()})
+        out.update({f"randomization/{k}": v.clone() for k, v in self.randomization.items()})
         out.update({f"task/{k}": v.clone() for k, v in self._task_buffers().items()})
         return out
 
@@ -339,6 +537,16 @@ class TaskEnv:
         self.episode_steps.copy_(state["episode_steps"])
         self.generator.set_state(state["generator"])
         self.episode_sums.copy_(state["episode_sums"])
+        self.action_delay.copy_(state["action_delay"])
+        self._push_timer.copy_(state["push_timer"])
+        if self._action_queue is not None:
+            self._action_queue.copy_(state["action_queue"])
+        for k, v in self._history.items():
+            v.copy_(state[f"history/{k}"])
+        for k, v in self.randomization.items():
+            v.copy_(state[f"randomization/{k}"])
+        if self.randomization:
+            self._write_physics(torch.arange(self.num_envs))
         for k, v in self._task_buffers().items():
             v.copy_(state[f"task/{k}"])
         self._refresh()
@@ -371,6 +579,23 @@ def single_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def with_history(terms: tuple[ObsTerm, ...], history: dict[str, int]) -> tuple[ObsTerm, ...]:
+    """`terms` with the stacked-step counts of `history` (term name -> steps); ConfigError for unknown names."""
+    names = [t.name for t in terms]
+    for name, steps in history.items():
+        if name not in names:
+            raise ConfigError(f"config error: env.obs_history.{name}: not a policy observation term; "
+                              f"terms: {', '.join(names)}")
+        if not isinstance(steps, int) or not 1 <= steps <= 100:
+            raise ConfigError(f"config error: env.obs_history.{name} = {steps!r}: must be an integer 1 .. 100")
+    return tuple(dataclasses.replace(t, history=history.get(t.name, t.history)) for t in terms)
+
+
+def _per_world(x: Tensor, n: int) -> Tensor:
+    """(J,) -> (N, J) copy (a nominal per-joint value becomes per world); (N, J) is returned unchanged."""
+    return x if x.dim() == 2 else x.expand(n, -1).clone()
 
 
 def as_slice(index: Tensor) -> slice | Tensor:

@@ -7,7 +7,7 @@ legged-gym-style rewards (velocity tracking kernels, regularisers, feet air time
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -17,6 +17,7 @@ from robo_rl.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.rotations import quat_rotate, yaw_quat
 
 GO2_LEGS = ("FL", "FR", "RL", "RR")
@@ -71,6 +72,12 @@ class QuadrupedWalkConfig:
         }
     )
     """Scale of each reward term (sum of scale * term * dt)."""
+    randomization: DomainRandConfig = field(default_factory=DomainRandConfig)
+    """Domain randomisation ranges (robo_rl.tasks.events; all off by default)."""
+    motor_lag_s: float = _f(0.0, ge=0.0, le=1.0)
+    """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
+    obs_history: dict[str, int] = _f({})
+    """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""
 
     def validate(self) -> None:
         check_model_file(self.model)
@@ -87,6 +94,7 @@ class QuadrupedWalkEnv(TaskEnv):
     description = "12-DoF Unitree Go2 tracks random base velocity commands on flat ground (PD position actions)"
     joint_names = GO2_JOINTS
     keyframe = "home"
+    base_joint = "base"
     reward_terms = (
         "track_lin_vel_xy",
         "track_ang_vel_z",
@@ -108,8 +116,9 @@ class QuadrupedWalkEnv(TaskEnv):
     )
     critic_extra_terms = (ObsTerm(name="base_lin_vel", dim=3),)
 
-    def __init__(self, cfg: QuadrupedWalkConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0):
-        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads)
+    def __init__(self, cfg: QuadrupedWalkConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
+                 backend: str = "mujoco_cpu"):
+        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
         b = self.backend
         self._feet_z_idx = torch.tensor([b.sensor_slice(f"{leg}_foot_pos").start + 2 for leg in GO2_LEGS])
         # Views of the float32 state, refreshed in place by the base class.
@@ -118,7 +127,7 @@ class QuadrupedWalkEnv(TaskEnv):
         self.ang_vel_b = self.qvel32[:, 3:6]  # (N, 3) a free joint's angular velocity is body-frame
         foot_geom = b.name_id("geom", "FL_foot")
         self._foot_contact_z = float(b.model.geom_size[foot_geom, 0]) + 0.005
-        self._init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]].copy())  # (nq,)
+        self._init_qpos = b.init_state[b.slices["qpos"]].clone()  # (nq,)
         self.command = torch.zeros(num_envs, 3)  # (N, 3) v_x, v_y, yaw rate
         self.command_time = torch.zeros(num_envs)  # (N,) seconds until resampling
         self.action = torch.zeros(num_envs, self.action_dim)

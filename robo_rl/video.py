@@ -65,6 +65,24 @@ def encode_gif(frames: list[np.ndarray], fps: float, *, max_frames: int = 150, m
     return buffer.getvalue()
 
 
+def image_grid(images: torch.Tensor, *, columns: int, scale: int = 1) -> np.ndarray:
+    """Camera images (K, 3, H, W) uint8 tiled row by row into one (R*H*scale, C*W*scale, 3) picture.
+
+    Each pixel becomes a scale x scale block (no smoothing, so the picture shows exactly what the
+    camera gives); cells after the K-th are black.
+    """
+    k, c, h, w = images.shape
+    if c != 3 or images.dtype != torch.uint8:
+        raise ValueError(f"images: expected (K, 3, H, W) uint8, got {tuple(images.shape)} {images.dtype}")
+    if columns < 1 or scale < 1:
+        raise ValueError(f"columns = {columns}, scale = {scale}: both must be >= 1")
+    rows = -(-k // columns)  # ceil
+    cells = torch.zeros(rows * columns, 3, h, w, dtype=torch.uint8)  # (R*C, 3, H, W)
+    cells[:k] = images
+    grid = cells.reshape(rows, columns, 3, h, w).permute(0, 3, 1, 4, 2).reshape(rows * h, columns * w, 3)
+    return grid.repeat_interleave(scale, 0).repeat_interleave(scale, 1).numpy()  # (R*H*s, C*W*s, 3)
+
+
 @torch.no_grad()
 def record_episodes(
     env, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, *, size: tuple[int, int] = (320, 240)

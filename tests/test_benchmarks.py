@@ -1,5 +1,6 @@
 """The benchmark scripts run and end with well-formed TARGET lines (their numbers are not asserted)."""
 
+import os
 import re
 import subprocess
 import sys
@@ -17,11 +18,14 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=)[\d.]+ (PASS|FAIL
     [
         ("bench_sim.py", ["--quick", "--tasks", "arm-reach"], 2),
         ("bench_ppo.py", ["--quick"], 2),  # update time and learning
+        ("bench_render.py", ["--quick", "--variants"], 1),
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's robo_rl, as tests.conftest.run_cli does
     out = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args], cwd=REPO, capture_output=True, text=True, timeout=900
+        [sys.executable, str(REPO / "scripts" / script), *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
     )
     assert out.returncode == 0, out.stderr
     targets = [line for line in out.stdout.splitlines() if line.startswith("TARGET")]

@@ -19,9 +19,13 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from robo_rl.sim.render import CameraRenderer
 
 
 def _choose_gl_backend() -> None:
@@ -115,6 +119,7 @@ class MujocoCpuBackend:
         self._scratch = mujoco.MjData(m)  # initial state and rendering outside the pool
         self._forward_data = mujoco.MjData(m)  # inline forward of reset worlds (mocap left at the default)
         self._renderers: dict[tuple[int, int], mujoco.Renderer] = {}
+        self._cameras: dict[tuple[str, int, int], CameraRenderer] = {}  # batched images, per (camera, W, H)
 
         self.slices = state_slices(m)
         self.nstate = mujoco.mj_stateSize(m, _FULL)
@@ -312,10 +317,28 @@ class MujocoCpuBackend:
         r.update_scene(d, camera=cam)
         return r.render()
 
+    def render_cameras(
+        self, camera: str, width: int, height: int, ids: torch.Tensor | np.ndarray | None = None
+    ) -> torch.Tensor:
+        """Images of `camera` in worlds `ids` (K,) (None: all N) as a (K, 3, H, W) uint8 RGB tensor.
+
+        One `robo_rl.sim.render.CameraRenderer` per (camera, width, height), made on first use. The
+        result is a view of its output buffer that the next call with the same key overwrites.
+        """
+        key = (camera, width, height)
+        if key not in self._cameras:
+            from robo_rl.sim.render import CameraRenderer  # imports this module (MUJOCO_GL) itself
+
+            self._cameras[key] = CameraRenderer(self.model, camera, width, height, max_worlds=self.num_envs)
+        return self._cameras[key].render(self._models, self._state, self._mocap_pos, ids)
+
     def close(self) -> None:
         for r in self._renderers.values():
             r.close()
         self._renderers.clear()
+        for c in self._cameras.values():
+            c.close()
+        self._cameras.clear()
         self._pool.close()
 
 

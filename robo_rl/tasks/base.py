@@ -82,6 +82,10 @@ class TaskEnv:
     keyframe: str | None = None
     base_joint: str | None = None
     """Name of the free joint of a floating-base robot (pushes act on it); None for fixed-base robots."""
+    camera: str | None = None
+    """Camera rendered into the "image" observation group at `cfg.image_size` pixels square (None: no images)."""
+    instructions: tuple[str, ...] = ()
+    """Task instructions; when set, the "text" group is each world's instruction index (`self.instruction`)."""
     start_grid_s = 0.2
     """Random episode starts (training) lie on this grid (s); see `reset`."""
 
@@ -424,7 +428,7 @@ class TaskEnv:
             info["episode"] = {"ids": ended, **metrics}
             info["log"] = {**self._episode_log(ended, terminated, metrics), **self._dr_log}
             self._reset_ids(ended)
-            obs, _ = self._observe(fill_ids=ended)
+            obs, _ = self._observe(fill_ids=ended, previous=obs)
         return obs, reward, terminated, truncated, info
 
     def get_observations(self) -> dict[str, Tensor]:
@@ -437,16 +441,21 @@ class TaskEnv:
         """
         return self._observe()[0]
 
-    def _observe(self, fill_ids: Tensor | None = None) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    def _observe(
+        self, fill_ids: Tensor | None = None, previous: dict[str, Tensor] | None = None
+    ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """(observation groups, current policy term values with noise) for the current state.
 
         fill_ids: worlds just reset, whose history is filled with their current values first.
+        previous: the groups computed before those resets; only the reset worlds' camera images are
+            rendered again (rendering costs far more than the rest of a step).
         """
         values = self._obs_terms()
         parts = [self._apply_term(t, values[t.name]) for t in self.policy_terms + self.critic_extra_terms]
         critic = torch.cat(parts, dim=-1)  # (N, O_c)
+        groups = {"critic": critic, **self._extra_groups(fill_ids, previous)}
         if self._policy_is_view:
-            return {"policy": critic[:, : self.obs_dims["policy"]], "critic": critic}, {}
+            return {"policy": critic[:, : self.obs_dims["policy"]], **groups}, {}
         current, stacked = {}, []
         for t, clean in zip(self.policy_terms, parts, strict=False):
             v = clean
@@ -461,7 +470,22 @@ class TaskEnv:
                     past[fill_ids] = v[fill_ids, None, :].expand(-1, t.history - 1, -1)
                 v = torch.cat([past.flatten(1), v], dim=-1)  # (N, h * dim) oldest first
             stacked.append(v)
-        return {"policy": torch.cat(stacked, dim=-1), "critic": critic}, current
+        return {"policy": torch.cat(stacked, dim=-1), **groups}, current
+
+    def _extra_groups(self, fill_ids: Tensor | None, previous: dict[str, Tensor] | None) -> dict[str, Tensor]:
+        """The "image" group (N, 3, H, W) uint8 of the task's camera and the "text" group (N,) instruction index."""
+        out: dict[str, Tensor] = {}
+        if self.camera is not None:
+            size = self.cfg.image_size
+            if previous is not None and fill_ids is not None:
+                image = previous["image"].clone()
+                image[fill_ids] = self.backend.render_cameras(self.camera, size, size, ids=fill_ids)
+            else:
+                image = self.backend.render_cameras(self.camera, size, size).clone()
+            out["image"] = image
+        if self.instructions:
+            out["text"] = self.instruction.clone()  # (N,) long: index into `instructions`
+        return out
 
     def _push_history(self, current: dict[str, Tensor]) -> None:
         """Append this step's policy term values to their histories (dropping the oldest)."""

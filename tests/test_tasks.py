@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -10,7 +12,8 @@ def test_task_steps_with_finite_obs_of_contract_shapes(name):
     contract = env.contract
     obs = env.reset()
     assert obs["policy"].shape == (8, contract.obs_dim)
-    assert env.action_dim == contract.action_dim == len(contract.joint_names)
+    assert env.action_dim == contract.action_dim == env.action_dim_of(env.cfg) == sum(t.dim for t in env.action_terms)
+    assert len(contract.joint_names) == len(env.joint_names)
     gen = torch.Generator().manual_seed(0)
     for _ in range(100):
         actions = torch.randn(8, env.action_dim, generator=gen)
@@ -22,6 +25,24 @@ def test_task_steps_with_finite_obs_of_contract_shapes(name):
         for group in obs.values():
             assert torch.isfinite(group).all()
         assert torch.isfinite(reward).all()
+    env.close()
+
+
+@pytest.mark.parametrize("name", list(TASKS))
+def test_reset_and_200_steps_on_4_worlds_log_every_reward_term(name):
+    env = make_env(name, 4, seed=5)
+    contract = env.contract
+    obs = env.reset()
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(200):
+        obs, reward, *_ = env.step(torch.randn(4, contract.action_dim, generator=gen))
+        assert obs["policy"].shape == (4, contract.obs_dim) and torch.isfinite(obs["critic"]).all()
+        assert torch.isfinite(reward).all()
+    env.episode_length.fill_(env.max_episode_length - 1)  # every world times out on the next step
+    *_, truncated, info = env.step(torch.zeros(4, contract.action_dim))
+    assert truncated.all()
+    assert {f"Episode_Reward/{k}" for k in env.reward_terms} <= set(info["log"])
+    assert all(math.isfinite(v) for v in info["log"].values())
     env.close()
 
 

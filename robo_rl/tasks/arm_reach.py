@@ -101,7 +101,7 @@ class ArmReachEnv(TaskEnv):
     def _apply_action(self, action: Tensor) -> None:
         self.prev_action.copy_(self.action)
         self.action.copy_(action)
-        self._set_joint_targets(torch.add(self.default_joint_pos, action, alpha=self.cfg.action_scale))
+        self._set_joint_targets(self._action_targets(action))
 
     def _obs_terms(self) -> dict[str, Tensor]:
         return {
@@ -145,6 +145,5 @@ class ArmReachEnv(TaskEnv):
     def contract(self) -> DeployContract:
         return self._make_contract(
             "panda",
-            "joint_position_offset",
             {"target_low": list(self.cfg.target_low), "target_high": list(self.cfg.target_high)},
         )

@@ -18,8 +18,9 @@ from torch import Tensor
 
 from robo_rl.assets import find_asset
 from robo_rl.config import ConfigError
-from robo_rl.contract import ActionSpec, DeployContract, ObsTerm
+from robo_rl.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm, validate_action
 from robo_rl.sim.mujoco_cpu import MujocoCpuBackend, load_model
+from robo_rl.tasks.actions import ActionTerm, joint_position_offset_spec, make_term
 
 
 def check_model_file(model: str, path: str = "env.model") -> None:
@@ -84,8 +85,8 @@ class TaskEnv:
             "policy": sum(t.dim for t in self.policy_terms),
             "critic": sum(t.dim for t in self.policy_terms + self.critic_extra_terms),
         }
-        self.action_dim = len(self.joint_names)
         self._resolve_joints()
+        self._build_action_terms()
         # Float32 copies of the physics state and sensors, refreshed in place; the named parts are views.
         b = self.backend
         self._state32 = torch.zeros(num_envs, b.nstate)  # (N, S)
@@ -121,6 +122,52 @@ class TaskEnv:
             "torque_limits": tuple(m.actuator_forcerange[a, 1].tolist()),
         }
 
+    def _action_term_specs(self) -> tuple[ActionTermSpec, ...]:
+        """The task's action terms in raw-action column order; called once, after the joints are resolved.
+
+        Default: joint-position offsets of every joint, q* = default + cfg.action_scale * a.
+        """
+        return (joint_position_offset_spec(self.joint_names, self.cfg.action_scale),)
+
+    def _build_action_terms(self) -> None:
+        """Term objects of `_action_term_specs`, their action columns and joint positions; sets action_dim."""
+        self.action_specs = self._action_term_specs()
+        try:
+            validate_action(ActionSpec(terms=self.action_specs), tuple(self.joint_names))
+        except ValueError as exc:
+            raise ConfigError(f"config error: {exc}") from None
+        index = {n: i for i, n in enumerate(self.joint_names)}
+        self._action_layout: list[tuple[ActionTerm, slice, slice | Tensor]] = []  # (term, columns, joints)
+        start = 0
+        for spec in self.action_specs:
+            joints = as_slice(torch.tensor([index[j] for j in spec.joints]))  # (J_t,) positions in joint_names
+            self._action_layout.append((make_term(spec, self.default_joint_pos[joints]), slice(start, start + spec.dim),
+                                        joints))
+            start += spec.dim
+        self.action_terms = tuple(term for term, _, _ in self._action_layout)
+        self.action_dim = start
+        first = self._action_layout[0][2]
+        whole = isinstance(first, slice) and first == slice(0, len(self.joint_names))
+        self._single_term = self.action_terms[0] if len(self.action_terms) == 1 and whole else None
+
+    def _action_targets(self, action: Tensor) -> Tensor:
+        """Joint position targets (N, J) of clipped raw actions (N, A): each term maps its own columns."""
+        term = self._single_term
+        if term is not None and not term.uses_previous_target:  # one term over every joint: no copies
+            return term.targets(action, self.q, None)
+        out = torch.empty(self.num_envs, len(self.joint_names))  # (N, J)
+        for term, cols, joints in self._action_layout:
+            prev = None
+            if term.uses_previous_target:  # the gripper moves on from the targets it was last given
+                prev = self.backend.ctrl[:, self._act_columns[joints]].to(torch.float32)  # (N, J_t)
+            out[:, joints] = term.targets(action[:, cols], self.q[:, joints], prev)
+        return out
+
+    @classmethod
+    def action_dim_of(cls, cfg: Any) -> int:
+        """Raw action columns A of the task with config `cfg`, without building it (for `robo-rl tasks`)."""
+        return len(cls.joint_names)
+
     def _set_joint_targets(self, q_target: Tensor, ids: Tensor | None = None) -> None:
         """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl."""
         ctrl = self.backend.ctrl
@@ -131,14 +178,12 @@ class TaskEnv:
         else:
             ctrl[:, self.act_idx] = q_target.to(ctrl.dtype)
 
-    def _make_contract(self, robot: str, action_kind: str, extra: dict[str, Any]) -> DeployContract:
+    def _make_contract(self, robot: str, extra: dict[str, Any]) -> DeployContract:
         return DeployContract(
             robot=robot,
             joint_names=tuple(self.joint_names),
             **self._contract_joints,
-            action=ActionSpec(
-                kind=action_kind, scale=(self.cfg.action_scale,) * self.action_dim, clip=self.cfg.action_clip
-            ),
+            action=ActionSpec(terms=self.action_specs, clip=self.cfg.action_clip),
             observation=tuple(self.policy_terms),
             policy_dt=self.dt,
             physics_dt=self.cfg.physics_dt,
@@ -150,7 +195,7 @@ class TaskEnv:
     joint_names: tuple[str, ...] = ()
 
     def _apply_action(self, action: Tensor) -> None:
-        """Write actuator targets for raw policy actions (N, A) into backend.ctrl."""
+        """Write actuator targets for raw policy actions (N, A) into backend.ctrl (`_action_targets` maps them)."""
         raise NotImplementedError
 
     def _refresh_state(self) -> None:

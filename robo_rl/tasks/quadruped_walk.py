@@ -149,7 +149,7 @@ class QuadrupedWalkEnv(TaskEnv):
         self.prev_action.copy_(self.action)
         self.action.copy_(action)
         self.prev_joint_vel.copy_(self.dq)
-        self._set_joint_targets(torch.add(self.default_joint_pos, action, alpha=self.cfg.action_scale))
+        self._set_joint_targets(self._action_targets(action))
 
     def _post_physics(self) -> None:
         contact = self.feet_z < self._foot_contact_z  # (N, F)
@@ -254,6 +254,5 @@ class QuadrupedWalkEnv(TaskEnv):
         c = self.cfg
         return self._make_contract(
             "go2",
-            "joint_position_offset",
             {"lin_vel_x": list(c.lin_vel_x), "lin_vel_y": list(c.lin_vel_y), "ang_vel_z": list(c.ang_vel_z)},
         )

@@ -302,7 +302,8 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     out = Path(args.out)
     print(f"exported {out} and {out.with_suffix('.json')} (parity onnxruntime vs torch <= {PARITY_TOLERANCE:g})")
-    print(f"robot {contract.robot}, {contract.obs_dim} observations -> {contract.action_dim} joint targets "
+    print(f"robot {contract.robot}, {contract.obs_dim} observations -> {contract.action_dim} actions "
+          f"({', '.join(contract.action.kinds)}) -> {len(contract.joint_names)} joint targets "
           f"at {1 / contract.policy_dt:g} Hz")
     evaluation = contract.extra.get("train_eval")
     if evaluation:
@@ -379,10 +380,10 @@ def cmd_tasks(_: argparse.Namespace) -> int:
     from robo_rl.tasks import TASKS
 
     print(f"{'task':<22} {'obs':>4} {'critic':>6} {'act':>4}  description")
-    for name, (env_cls, _cfg) in TASKS.items():
+    for name, (env_cls, cfg_cls) in TASKS.items():
         obs = sum(t.dim for t in env_cls.policy_terms)
         critic = obs + sum(t.dim for t in env_cls.critic_extra_terms)
-        print(f"{name:<22} {obs:>4} {critic:>6} {len(env_cls.joint_names):>4}  {env_cls.description}")
+        print(f"{name:<22} {obs:>4} {critic:>6} {env_cls.action_dim_of(cfg_cls()):>4}  {env_cls.description}")
     return 0
 
 

@@ -1,11 +1,18 @@
 """Export a trained policy to a self-describing ONNX file.
 
 The graph holds the observation normaliser, the actor and the action post-processing
-(clip, scale, default pose), so the robot side feeds raw observations and gets joint targets:
+(clip, and the stateless joint-space action terms):
 
     inputs:  obs            (B, O) float32, terms in contract order
     outputs: actions        (B, A) float32, the clipped policy action (what `last_action` observes)
-             joint_targets  (B, A) float32, default_joint_pos + scale * actions (contract joint order)
+             joint_targets  (B, J) float32, contract joint order: default_joint_pos + scale * a for
+                            joint_position_offset terms, offset + scale * a for joint_position terms;
+                            NaN for the joints of terms that need the robot's state (ee_delta: the
+                            measured joints; gripper: the previous target)
+
+The deploy side computes every joint target itself from `actions` and the measured state
+(`robo_rl.deploy.actions`); `joint_targets` serves consumers of joint-space policies that run the
+graph alone (and version-1 readers), and NaN makes a misuse fail safe (the safety filter damps on NaN).
 
 The deploy contract is written into the ONNX `metadata_props` (key `robo_rl.contract`) and beside
 the file as `<name>.json`. Before anything is written, onnxruntime and torch are compared on
@@ -34,6 +41,10 @@ OPSET = 18
 PARITY_TOLERANCE = 1e-5
 
 
+STATELESS_KINDS = ("joint_position_offset", "joint_position")
+"""Action kinds whose joint targets the graph computes; the others need the robot's state (NaN in the graph)."""
+
+
 class ExportedPolicy(nn.Module):
     """Normaliser + actor + action post-processing, as one graph."""
 
@@ -41,15 +52,42 @@ class ExportedPolicy(nn.Module):
         super().__init__()
         self.normalizer = copy.deepcopy(policy.obs_normalizer)
         self.actor = copy.deepcopy(policy.actor)
-        self.register_buffer("default_pos", torch.tensor(contract.default_joint_pos, dtype=torch.float32))
-        self.register_buffer("scale", torch.tensor(contract.action.scale, dtype=torch.float32))
         self.clip = float(contract.action.clip) if contract.action.clip is not None else None
+        index = {n: i for i, n in enumerate(contract.joint_names)}
+        default = torch.tensor(contract.default_joint_pos, dtype=torch.float32)  # (J,)
+        self.terms: list[tuple[str, slice]] = []  # (kind, action columns); constants are buffers term<i>_*
+        order: list[int] = []
+        start = 0
+        for i, spec in enumerate(contract.action.terms):
+            joints = [index[j] for j in spec.joints]
+            order += joints
+            self.terms.append((spec.kind, slice(start, start + spec.dim)))
+            start += spec.dim
+            if spec.kind == "joint_position_offset":
+                self.register_buffer(f"term{i}_offset", default[joints])
+            elif spec.kind == "joint_position":
+                self.register_buffer(f"term{i}_offset", torch.tensor(spec.params["offset"], dtype=torch.float32))
+            else:
+                self.register_buffer(f"term{i}_nan", torch.full((len(joints),), float("nan")))
+                continue
+            self.register_buffer(f"term{i}_scale", torch.tensor(spec.scale, dtype=torch.float32))
+        # (J,) the terms' targets, concatenated in term order, back into contract joint order
+        self.reorder = None if order == list(range(len(order))) else torch.argsort(torch.tensor(order)).tolist()
 
     def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
         actions = self.actor(self.normalizer(obs))  # (B, A)
         if self.clip is not None:
             actions = actions.clamp(-self.clip, self.clip)
-        return actions, self.default_pos + self.scale * actions  # (B, A), (B, A)
+        parts = []
+        for i, (kind, cols) in enumerate(self.terms):
+            if kind in STATELESS_KINDS:
+                parts.append(getattr(self, f"term{i}_offset") + getattr(self, f"term{i}_scale") * actions[:, cols])
+            else:
+                parts.append(getattr(self, f"term{i}_nan").expand(actions.shape[0], -1))
+        targets = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # (B, J) term order
+        if self.reorder is not None:
+            targets = targets[:, self.reorder]
+        return actions, targets  # (B, A), (B, J)
 
 
 def onnx_bytes(module: nn.Module, example: Tensor) -> bytes:
@@ -82,14 +120,20 @@ def embed_contract(model: bytes, contract: DeployContract) -> bytes:
 
 
 def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
-    """Max |onnxruntime - torch| over both outputs for observations (B, O)."""
+    """Max |onnxruntime - torch| over both outputs for observations (B, O); NaN entries must be NaN in both."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
     got = session.run(list(OUTPUT_NAMES), {INPUT_NAME: obs.numpy().astype(np.float32)})
     with torch.no_grad():
         want = module(obs)
-    return max(float(np.abs(g - w.numpy()).max()) for g, w in zip(got, want, strict=True))
+    errors = []
+    for g, w in zip(got, want, strict=True):
+        w = w.numpy()
+        if g.shape != w.shape or not np.array_equal(np.isnan(g), np.isnan(w)):
+            return float("inf")
+        errors.append(float(np.abs(np.nan_to_num(g) - np.nan_to_num(w)).max()))
+    return max(errors)
 
 
 def record_observations(env: Any, policy: ActorCritic, steps: int) -> Tensor:

@@ -107,6 +107,7 @@ def test_latency_of_k_steps_shifts_the_applied_action_by_k_control_steps(k):
     for a in actions:
         env.step(a)
         applied.append(env.backend.ctrl[:, env.act_idx].to(torch.float32).clone())  # joint targets sent
+        assert torch.equal(env.action, a)  # the policy's last_action is what it sent, as on the robot
     default, scale = env.default_joint_pos, env.cfg.action_scale
     for t in range(8):
         expected = default + scale * actions[t - k] if t >= k else default.expand(2, -1)

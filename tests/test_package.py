@@ -21,3 +21,5 @@ def test_tasks_command_lists_sizes(cli):
     quad = next(line for line in lines if line.startswith("quadruped-walk-flat"))
     assert arm.split()[1:4] == ["27", "27", "7"]
     assert quad.split()[1:4] == ["45", "48", "12"]
+    pick = next(line for line in lines if line.startswith("arm-pick-place"))
+    assert pick.split()[1:4] == ["29", "32", "4"]  # actions: 3 end-effector steps + 1 gripper, for 8 joints

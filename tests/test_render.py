@@ -131,8 +131,8 @@ def test_per_world_model_colours_show(backend):
     """A world's own model (domain randomisation) is what its image shows."""
     base = backend.render_cameras("scene", 64, 64).clone()
     floor = backend.name_id("geom", "floor")
-    rgba = backend.model.geom_rgba[floor].copy()
-    rgba[:3] = [0.9, 0.1, 0.1]
+    rgba = backend.model.geom_rgba.copy()  # (G, 4)
+    rgba[floor, :3] = [0.9, 0.1, 0.1]
     backend.set_model_field("geom_rgba", [1], rgba[None])
     images = backend.render_cameras("scene", 64, 64)
     assert pixel_change(base[1], images[1]) > 0.3  # the floor fills much of the view

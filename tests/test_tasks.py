@@ -16,7 +16,8 @@ def test_task_steps_with_finite_obs_of_contract_shapes(name):
     contract.validate()
     obs = env.reset()
     assert obs["policy"].shape == (4, contract.obs_dim)
-    assert env.action_dim == contract.action_dim
+    assert env.action_dim == contract.action_dim == env.action_dim_of(env.cfg) == sum(t.dim for t in env.action_terms)
+    assert len(contract.joint_names) == len(env.joint_names)
     gen = torch.Generator().manual_seed(0)
     logged = set()
     for _ in range(200):

@@ -23,8 +23,10 @@ class SafetyConfig:
     line per field).
     """
 
-    joint_limit_margin: float = field(default=0.05, metadata={"safe_range": (0.0, 0.2, True)})
-    """Position targets are clamped this far (rad) inside the joint limits. Safe range [0, 0.2]."""
+    joint_limit_margin: float | tuple[float, ...] = field(default=0.05, metadata={"safe_range": (0.0, 0.2, True)})
+    """Position targets are clamped this far (rad; m for a prismatic joint) inside the joint limits: one number
+    for every joint, or a list with one per joint (a gripper's 0.04 m stroke needs a smaller margin than
+    an arm joint). Safe range [0, 0.2] for each."""
     max_position_step: float = field(default=0.25, metadata={"safe_range": (0.0, 0.5, False)})
     """Largest change of a position target between two ticks (rad); the filter also keeps every step
     within velocity_limit * control period. Safe range (0, 0.5]."""
@@ -122,22 +124,33 @@ def _check_safety(safety: SafetyConfig, kind: str, kd_max: np.ndarray, path: Pat
                   warn: Callable[[str], None]) -> None:
     """Refuse (or, with allow_unsafe, loudly accept) safety values outside their safe range."""
     for key, value in vars(safety).items():
+        if key == "joint_limit_margin" and isinstance(value, tuple):  # per joint: each entry in the safe range
+            for i, v in enumerate(value):
+                _check_safety_value(f"{key}[{i}]", v, safe_range(key), path, allow_unsafe, warn)
+            continue
         if value is None:
             if key == "max_tilt_rad" and kind == "legged":
                 raise ValueError(f"{path}: safety.max_tilt_rad is missing: a legged robot needs the attitude "
                                  f"guard (safe range {_range_text(*safe_range(key))} rad)")
             continue
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
-            raise ValueError(f"{path}: safety.{key} = {value!r}: must be a non-negative number")
         low, high, closed = safe_range(key)
         if key == "damping_kd":
             high = float(kd_max.min())
-        inside = (value >= low if closed else value > low) and value <= high
-        if not inside:
-            text = f"{path}: safety.{key} = {value!r} is outside its safe range {_range_text(low, high, closed)}"
-            if not allow_unsafe:
-                raise ValueError(text + " (load_hardware(..., allow_unsafe=True) overrides, for experts)")
-            warn(f"WARNING: UNSAFE HARDWARE OVERRIDE: {text}; accepted because allow_unsafe is set")
+        _check_safety_value(key, value, (low, high, closed), path, allow_unsafe, warn)
+
+
+def _check_safety_value(key: str, value: float, bounds: tuple[float, float, bool], path: Path, allow_unsafe: bool,
+                        warn: Callable[[str], None]) -> None:
+    """Refuse (or, with allow_unsafe, loudly accept) one safety value outside its safe range."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{path}: safety.{key} = {value!r}: must be a non-negative number")
+    low, high, closed = bounds
+    inside = (value >= low if closed else value > low) and value <= high
+    if not inside:
+        text = f"{path}: safety.{key} = {value!r} is outside its safe range {_range_text(low, high, closed)}"
+        if not allow_unsafe:
+            raise ValueError(text + " (load_hardware(..., allow_unsafe=True) overrides, for experts)")
+        warn(f"WARNING: UNSAFE HARDWARE OVERRIDE: {text}; accepted because allow_unsafe is set")
 
 
 def _print_warning(message: str) -> None:
@@ -194,6 +207,11 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
     unknown = sorted(set(safety_raw) - set(SafetyConfig.__dataclass_fields__))
     if unknown:
         raise ValueError(f"{p}: unknown safety key(s) {', '.join(unknown)}")
+    margin = safety_raw.get("joint_limit_margin")
+    if isinstance(margin, list):
+        if len(margin) != n:
+            raise ValueError(f"{p}: safety.joint_limit_margin must be one number or a list of {n} (one per joint)")
+        safety_raw = {**safety_raw, "joint_limit_margin": tuple(margin)}
     safety = SafetyConfig(**safety_raw)
     kp_max = _vector(raw, "kp_max", n, str(p), positive=True)
     kd_max = _vector(raw, "kd_max", n, str(p), positive=True)

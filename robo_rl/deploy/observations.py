@@ -62,6 +62,10 @@ def target_pos(target_pos_b: np.ndarray, base_pos: np.ndarray) -> np.ndarray:
     return target_pos_b - base_pos
 
 
+def object_pos(object_pos_b: np.ndarray, base_pos: np.ndarray) -> np.ndarray:
+    return object_pos_b - base_pos
+
+
 def to_wxyz(quat: np.ndarray, order: str) -> np.ndarray:
     """A quaternion in the robot's order ("wxyz" or "xyzw") as (w, x, y, z)."""
     return quat if order == "wxyz" else np.array([quat[3], quat[0], quat[1], quat[2]])
@@ -126,6 +130,8 @@ class ObservationBuilder:
             out["base_lin_vel"] = state.base_lin_vel
         if state.ee_pos is not None:
             out["ee_pos"] = ee_pos(state.ee_pos, _BASE_ORIGIN)
+        if state.object_pos is not None:
+            out["object_pos"] = object_pos(state.object_pos, _BASE_ORIGIN)
         if "velocity_command" in commands:
             out["velocity_command"] = velocity_command(commands["velocity_command"])
         if "target_pos" in commands:

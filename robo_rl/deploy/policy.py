@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.contract import DeployContract
+from robo_rl.deploy.actions import ActionMap
 from robo_rl.deploy.commands import OperatorCommands
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.observations import ObservationBuilder
@@ -64,7 +65,11 @@ class OnnxPolicy:
         self.path = p
 
     def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """obs (O,) or (B, O) float32 -> (actions, joint_targets), each (A,) or (B, A), contract joint order."""
+        """obs (O,) or (B, O) float32 -> (actions (A,) or (B, A), joint_targets (J,) or (B, J), contract joint order).
+
+        joint_targets is NaN for the joints of state-dependent action terms (ee_delta, gripper): `PolicyStep`
+        computes every target with `robo_rl.deploy.actions.ActionMap` instead.
+        """
         batch = obs[None] if obs.ndim == 1 else obs
         actions, targets = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: batch.astype(np.float32, copy=False)})
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
@@ -79,7 +84,7 @@ def computable_terms(kind: str) -> tuple[str, ...]:
     common = ("joint_pos_rel", "joint_vel", "last_action")
     if kind == "legged":
         return common + _IMU_TERMS + ("velocity_command",)
-    return common + ("ee_pos", "target_pos")
+    return common + ("ee_pos", "target_pos", "object_pos")
 
 
 def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
@@ -87,8 +92,9 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
 
     Checks the contract on its own (`DeployContract.validate`), then against the hardware: joints,
     robot, rate, observation terms computable on this robot kind (IMU terms need `kind: legged`),
-    chunk 1 (the deploy side runs one action per inference), default pose inside
-    the limits, torque limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max).
+    chunk 1 (the deploy side runs one action per inference), default pose inside the limits, torque
+    limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max), and action terms the
+    robot can carry out (`check_action_terms`).
 
     Raises:
         ValueError: one line naming the field (and the joint where there is one).
@@ -112,8 +118,6 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     for key in ("default_joint_pos", "kp", "kd", "torque_limits"):
         if len(getattr(contract, key)) != n:
             raise ValueError(f"contract {key} has {len(getattr(contract, key))} entries for {n} joints")
-    if len(contract.action.scale) != n:
-        raise ValueError(f"contract action.scale has {len(contract.action.scale)} entries for {n} joints")
     idx = hw.index_of(names)
     default = np.asarray(contract.default_joint_pos)
     outside = [names[i] for i in np.flatnonzero((default < hw.joint_lower[idx]) | (default > hw.joint_upper[idx]))]
@@ -140,6 +144,31 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     if contract.action.chunk != 1:
         raise ValueError(f"contract action.chunk = {contract.action.chunk}: the deploy side runs one action "
                          f"per inference (must be 1)")
+    check_action_terms(contract, hw)
+
+
+def check_action_terms(contract: DeployContract, hw: HardwareSpec) -> None:
+    """Refuse action terms this robot cannot carry out (ValueError, one line naming the term).
+
+    ee_delta needs a fixed-base arm (its chain starts at the robot base); the targets of gripper and
+    joint_position terms (open / closed widths, offsets) must lie inside the robot's joint limits.
+    """
+    for i, term in enumerate(contract.action.terms):
+        at = f"contract action.terms[{i}] ({term.kind})"
+        if term.kind == "ee_delta" and hw.kind != "arm":
+            raise ValueError(f"{at}: end-effector actions need a fixed-base arm, but hardware {hw.robot!r} is "
+                             f"kind {hw.kind!r}")
+        targets: list[tuple[str, str, float]] = []  # (param, joint, value)
+        if term.kind == "gripper":
+            targets = [(key, term.joints[0], term.params[key]) for key in ("open", "closed")]
+        elif term.kind == "joint_position":
+            targets = [("offset", j, v) for j, v in zip(term.joints, term.params["offset"], strict=True)]
+        for key, joint, value in targets:
+            k = int(hw.index_of([joint])[0])
+            lo, hi = hw.joint_lower[k], hw.joint_upper[k]
+            if not lo - 1e-9 <= value <= hi + 1e-9:
+                raise ValueError(f"{at}: params.{key} = {value:g} for {joint} is outside the robot's joint limits "
+                                 f"[{lo:g}, {hi:g}]")
 
 
 class PolicyStep:
@@ -175,6 +204,7 @@ class PolicyStep:
         self.kp[self.robot_index] = policy.contract.kp
         self.kd[self.robot_index] = policy.contract.kd
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
+        self.action_map = ActionMap(policy.contract)  # every joint target, from actions and the measured joints
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
 
@@ -190,11 +220,13 @@ class PolicyStep:
     def reset(self) -> None:
         self.last_action[:] = 0.0
         self.builder.reset()
+        self.action_map.reset()
 
     def __call__(self, state: RobotState) -> np.ndarray:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
-        actions, targets = self.policy(obs)
+        actions, _ = self.policy(obs)
         self.last_action = actions
+        targets = self.action_map(actions, state.q[self.builder.policy_index(state.joint_names)])  # (J,) policy order
         if state.joint_names != self._state_names:  # joint order of the state, resolved by name once
             self._state_to_robot = self.hw.index_of(state.joint_names)
             self._state_names = state.joint_names

@@ -21,6 +21,8 @@ class RobotState:
         imu_gyro: (3,) base angular velocity in the base frame (rad/s), or None.
         base_lin_vel: (3,) base linear velocity in the base frame if an estimator provides it.
         ee_pos: (3,) end-effector position in the robot base frame, for arms.
+        object_pos: (3,) position of the object being manipulated in the robot base frame (from perception,
+            or the sim twin's model), for arms that manipulate.
         images: camera name -> (H, W, 3) uint8 frame.
     """
 
@@ -34,6 +36,7 @@ class RobotState:
     imu_gyro: np.ndarray | None = None
     base_lin_vel: np.ndarray | None = None
     ee_pos: np.ndarray | None = None
+    object_pos: np.ndarray | None = None
     images: dict[str, np.ndarray] = field(default_factory=dict)
 
 

@@ -177,8 +177,9 @@ class SafetyFilter:
         self.hw = hw
         self.cfg = hw.safety
         n = len(hw.joint_names)
-        self._lo = hw.joint_lower + self.cfg.joint_limit_margin  # (J,)
-        self._hi = hw.joint_upper - self.cfg.joint_limit_margin  # (J,)
+        margin = np.asarray(self.cfg.joint_limit_margin, dtype=np.float64)  # () or (J,) per joint
+        self._lo = hw.joint_lower + margin  # (J,)
+        self._hi = hw.joint_upper - margin  # (J,)
         # A margin wider than half the range would invert the bounds; the midpoint is the only safe target.
         mid = 0.5 * (hw.joint_lower + hw.joint_upper)
         inverted = self._lo > self._hi

@@ -49,7 +49,8 @@ def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime:
         raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
     model = find_asset(sim["model"], what=f"sim twin model of {hw.robot!r}")
     return SimRobot(model, hw, control_dt=control_dt, keyframe=sim.get("keyframe"), latency_s=latency_s,
-                    noise_std=noise_std, realtime=realtime, seed=seed, physics_dt=physics_dt)
+                    noise_std=noise_std, realtime=realtime, seed=seed, physics_dt=physics_dt,
+                    object_body=sim.get("object"))
 
 
 def open_session(policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,

@@ -7,7 +7,7 @@ the metric is the end-effector distance at the end of the episode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -17,13 +17,13 @@ from robo_rl.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
-from robo_rl.tasks.events import DomainRandConfig
+from robo_rl.tasks.task_config import TaskConfig
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 
 
 @dataclass(frozen=True, kw_only=True)
-class ArmReachConfig:
+class ArmReachConfig(TaskConfig):
     """arm-reach task parameters."""
 
     model: str = "envs/panda.xml"
@@ -52,12 +52,6 @@ class ArmReachConfig:
         {"position_error": -1.0, "position_error_tanh": 1.0, "action_rate": -0.005, "joint_vel": -0.001}
     )
     """Scale of each reward term (sum of scale * term * dt)."""
-    randomization: DomainRandConfig = field(default_factory=DomainRandConfig)
-    """Domain randomisation ranges (robo_rl.tasks.events; all off by default)."""
-    motor_lag_s: float = _f(0.0, ge=0.0, le=1.0)
-    """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
-    obs_history: dict[str, int] = _f({})
-    """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""
 
     def validate(self) -> None:
         check_model_file(self.model)
@@ -94,8 +88,6 @@ class ArmReachEnv(TaskEnv):
         super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
         self.ee_pos_w = self.sensors32[:, self.backend.sensor_slice("ee_pos")]  # (N, 3) view, refreshed in place
         self.base_pos = torch.zeros(3)  # the arm's base sits at the world origin
-        self.action = torch.zeros(num_envs, self.action_dim)  # (N, A)
-        self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A)
         # One uniform draw per reset: joint noise (J) then the target (3).
         noise = torch.full((self.action_dim,), cfg.init_joint_noise)
         self._reset_low = torch.cat([-noise, torch.tensor(cfg.target_low)])  # (J + 3,)
@@ -105,11 +97,6 @@ class ArmReachEnv(TaskEnv):
     def _refresh(self) -> None:
         super()._refresh()
         self.ee_distance = rew.cost_position_error_l2(self.ee_pos_w, self.target)  # (N,)
-
-    def _apply_action(self, action: Tensor) -> None:
-        self.prev_action.copy_(self.action)
-        self.action.copy_(action)
-        self._set_joint_targets(torch.add(self.default_joint_pos, action, alpha=self.cfg.action_scale))
 
     def _obs_terms(self) -> dict[str, Tensor]:
         return {
@@ -153,6 +140,5 @@ class ArmReachEnv(TaskEnv):
     def contract(self) -> DeployContract:
         return self._make_contract(
             "panda",
-            "joint_position_offset",
             {"target_low": list(self.cfg.target_low), "target_high": list(self.cfg.target_high)},
         )

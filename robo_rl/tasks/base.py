@@ -19,10 +19,11 @@ from torch import Tensor
 
 from robo_rl.assets import find_asset
 from robo_rl.config import ConfigError
-from robo_rl.contract import ActionSpec, DeployContract, ObsTerm
+from robo_rl.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm, validate_action
 from robo_rl.sim.backend import PhysicsBackend, make_backend
 from robo_rl.sim.mujoco_cpu import load_model
 from robo_rl.tasks import events
+from robo_rl.tasks.actions import ActionTerm, joint_position_offset_spec, make_term
 from robo_rl.tasks.events import DomainRandConfig
 
 
@@ -117,8 +118,10 @@ class TaskEnv:
             "policy": sum(t.dim * t.history for t in self.policy_terms),
             "critic": sum(t.dim for t in self.policy_terms + self.critic_extra_terms),
         }
-        self.action_dim = len(self.joint_names)
         self._resolve_joints()
+        self._build_action_terms()
+        self.action = torch.zeros(num_envs, self.action_dim)  # (N, A) the policy's latest (clipped) action
+        self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A) the one before it
         # Float32 copies of the physics state and sensors, refreshed in place; the named parts are views.
         b = self.backend
         self._state32 = torch.zeros(num_envs, b.nstate)  # (N, S)
@@ -202,7 +205,7 @@ class TaskEnv:
     def _randomize_physics(self, ids: Tensor) -> None:
         """Draw new physics parameters for worlds `ids` (K,) and write them into their models."""
         r, g, k, m = self.rand, self.generator, ids.numel(), self.backend.model
-        j = self.action_dim
+        j = len(self.joint_names)
         shapes = {"friction_scale": (k,), "mass_scale": (k, m.nbody), "com_offset": (k, m.nbody, 3),
                   "kp_scale": (k, j), "kd_scale": (k, j), "motor_strength": (k, j), "damping_add": (k, j),
                   "armature_add": (k, j)}
@@ -231,7 +234,7 @@ class TaskEnv:
             b.set_model_field("body_ipos", ids, events.randomize_com(nominal("body_ipos"), s["com_offset"]))
         act = self._act_columns
         if "kp_scale" in s or "kd_scale" in s:
-            ones = torch.ones(k, self.action_dim, dtype=torch.float64)
+            ones = torch.ones(k, len(self.joint_names), dtype=torch.float64)
             kp_s, kd_s = s.get("kp_scale", ones), s.get("kd_scale", ones)
             gain, bias = events.randomize_pd_gains(nominal("actuator_gainprm"), nominal("actuator_biasprm"), act,
                                                    kp_s, kd_s)
@@ -277,6 +280,52 @@ class TaskEnv:
         self.backend.qvel[due] = qvel
         self._push_timer[due] = self._push_steps
 
+    def _action_term_specs(self) -> tuple[ActionTermSpec, ...]:
+        """The task's action terms in raw-action column order; called once, after the joints are resolved.
+
+        Default: joint-position offsets of every joint, q* = default + cfg.action_scale * a.
+        """
+        return (joint_position_offset_spec(self.joint_names, self.cfg.action_scale),)
+
+    def _build_action_terms(self) -> None:
+        """Term objects of `_action_term_specs`, their action columns and joint positions; sets action_dim."""
+        self.action_specs = self._action_term_specs()
+        try:
+            validate_action(ActionSpec(terms=self.action_specs), tuple(self.joint_names))
+        except ValueError as exc:
+            raise ConfigError(f"config error: {exc}") from None
+        index = {n: i for i, n in enumerate(self.joint_names)}
+        self._action_layout: list[tuple[ActionTerm, slice, slice | Tensor]] = []  # (term, columns, joints)
+        start = 0
+        for spec in self.action_specs:
+            joints = as_slice(torch.tensor([index[j] for j in spec.joints]))  # (J_t,) positions in joint_names
+            self._action_layout.append((make_term(spec, self.default_joint_pos[joints]), slice(start, start + spec.dim),
+                                        joints))
+            start += spec.dim
+        self.action_terms = tuple(term for term, _, _ in self._action_layout)
+        self.action_dim = start
+        first = self._action_layout[0][2]
+        whole = isinstance(first, slice) and first == slice(0, len(self.joint_names))
+        self._single_term = self.action_terms[0] if len(self.action_terms) == 1 and whole else None
+
+    def _action_targets(self, action: Tensor) -> Tensor:
+        """Joint position targets (N, J) of clipped raw actions (N, A): each term maps its own columns."""
+        term = self._single_term
+        if term is not None and not term.uses_previous_target:  # one term over every joint: no copies
+            return term.targets(action, self.q, None)
+        out = torch.empty(self.num_envs, len(self.joint_names))  # (N, J)
+        for term, cols, joints in self._action_layout:
+            prev = None
+            if term.uses_previous_target:  # the gripper moves on from the targets it was last given
+                prev = self.backend.ctrl[:, self._act_columns[joints]].to(torch.float32)  # (N, J_t)
+            out[:, joints] = term.targets(action[:, cols], self.q[:, joints], prev)
+        return out
+
+    @classmethod
+    def action_dim_of(cls, cfg: Any) -> int:
+        """Raw action columns A of the task with config `cfg`, without building it (for `robo-rl tasks`)."""
+        return len(cls.joint_names)
+
     def _set_joint_targets(self, q_target: Tensor, ids: Tensor | None = None) -> None:
         """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl."""
         ctrl = self.backend.ctrl
@@ -287,14 +336,12 @@ class TaskEnv:
         else:
             ctrl[:, self.act_idx] = q_target.to(ctrl.dtype)
 
-    def _make_contract(self, robot: str, action_kind: str, extra: dict[str, Any]) -> DeployContract:
+    def _make_contract(self, robot: str, extra: dict[str, Any]) -> DeployContract:
         return DeployContract(
             robot=robot,
             joint_names=tuple(self.joint_names),
             **self._contract_joints,
-            action=ActionSpec(
-                kind=action_kind, scale=(self.cfg.action_scale,) * self.action_dim, clip=self.cfg.action_clip
-            ),
+            action=ActionSpec(terms=self.action_specs, clip=self.cfg.action_clip),
             observation=tuple(self.policy_terms),
             policy_dt=self.dt,
             physics_dt=self.cfg.physics_dt,
@@ -306,8 +353,8 @@ class TaskEnv:
     joint_names: tuple[str, ...] = ()
 
     def _apply_action(self, action: Tensor) -> None:
-        """Write actuator targets for raw policy actions (N, A) into backend.ctrl."""
-        raise NotImplementedError
+        """Write actuator targets for the raw actions (N, A) applied this step (after any latency) into ctrl."""
+        self._set_joint_targets(self._action_targets(action))
 
     def _refresh_state(self) -> None:
         """Refresh the float32 state and sensor copies: one conversion each, the parts are views of them.
@@ -398,6 +445,10 @@ class TaskEnv:
         if actions.requires_grad:
             actions = actions.detach()
         actions = actions.clamp(-self.cfg.action_clip, self.cfg.action_clip)
+        # What the policy sent: its `last_action` observation and the action-rate cost, as on the robot,
+        # where the deploy side knows its own outputs, not when the motors received them.
+        self.prev_action.copy_(self.action)
+        self.action.copy_(actions)
         if self._action_queue is not None:  # action latency: apply what the policy sent delay steps ago
             actions = events.delayed_actions(self._action_queue, actions, self.action_delay)
         if self._pushes:

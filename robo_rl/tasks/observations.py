@@ -65,3 +65,8 @@ def ee_pos(ee_pos_w: Tensor, base_pos_w: Tensor) -> Tensor:
 def target_pos(target_pos_w: Tensor, base_pos_w: Tensor) -> Tensor:
     """Reach target relative to the robot base (N, 3)."""
     return target_pos_w - base_pos_w
+
+
+def object_pos(object_pos_w: Tensor, base_pos_w: Tensor) -> Tensor:
+    """Position of the object to manipulate relative to the robot base (N, 3)."""
+    return object_pos_w - base_pos_w

@@ -7,7 +7,7 @@ legged-gym-style rewards (velocity tracking kernels, regularisers, feet air time
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -17,15 +17,15 @@ from robo_rl.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
-from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.rotations import quat_rotate, yaw_quat
+from robo_rl.tasks.task_config import TaskConfig
 
 GO2_LEGS = ("FL", "FR", "RL", "RR")
 GO2_JOINTS = tuple(f"{leg}_{part}_joint" for leg in GO2_LEGS for part in ("hip", "thigh", "calf"))
 
 
 @dataclass(frozen=True, kw_only=True)
-class QuadrupedWalkConfig:
+class QuadrupedWalkConfig(TaskConfig):
     """quadruped-walk-flat task parameters."""
 
     model: str = "envs/go2.xml"
@@ -72,12 +72,6 @@ class QuadrupedWalkConfig:
         }
     )
     """Scale of each reward term (sum of scale * term * dt)."""
-    randomization: DomainRandConfig = field(default_factory=DomainRandConfig)
-    """Domain randomisation ranges (robo_rl.tasks.events; all off by default)."""
-    motor_lag_s: float = _f(0.0, ge=0.0, le=1.0)
-    """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
-    obs_history: dict[str, int] = _f({})
-    """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""
 
     def validate(self) -> None:
         check_model_file(self.model)
@@ -130,8 +124,6 @@ class QuadrupedWalkEnv(TaskEnv):
         self._init_qpos = b.init_state[b.slices["qpos"]].clone()  # (nq,)
         self.command = torch.zeros(num_envs, 3)  # (N, 3) v_x, v_y, yaw rate
         self.command_time = torch.zeros(num_envs)  # (N,) seconds until resampling
-        self.action = torch.zeros(num_envs, self.action_dim)
-        self.prev_action = torch.zeros(num_envs, self.action_dim)
         self.prev_joint_vel = torch.zeros(num_envs, self.action_dim)
         self.air_time = torch.zeros(num_envs, 4)  # (N, F)
         self._first_contact = torch.zeros(num_envs, 4, dtype=torch.bool)
@@ -155,10 +147,8 @@ class QuadrupedWalkEnv(TaskEnv):
 
     # ------------------------------------------------------------------ task hooks
     def _apply_action(self, action: Tensor) -> None:
-        self.prev_action.copy_(self.action)
-        self.action.copy_(action)
         self.prev_joint_vel.copy_(self.dq)
-        self._set_joint_targets(torch.add(self.default_joint_pos, action, alpha=self.cfg.action_scale))
+        super()._apply_action(action)
 
     def _post_physics(self) -> None:
         contact = self.feet_z < self._foot_contact_z  # (N, F)
@@ -263,6 +253,5 @@ class QuadrupedWalkEnv(TaskEnv):
         c = self.cfg
         return self._make_contract(
             "go2",
-            "joint_position_offset",
             {"lin_vel_x": list(c.lin_vel_x), "lin_vel_y": list(c.lin_vel_y), "ang_vel_z": list(c.ang_vel_z)},
         )

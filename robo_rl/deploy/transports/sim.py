@@ -38,10 +38,13 @@ class SimRobot:
         seed: noise seed.
         physics_dt: physics time step (s); the policy contract's `physics_dt`, which training used in place
             of the MJCF's timestep. None keeps the MJCF's. control_dt must be a whole number of steps.
+        object_body: a free body of the model (e.g. the cube an arm manipulates) whose position the state
+            reports as `object_pos`, as a perception system would; None reports none.
 
     Raises:
         ValueError: the model lacks a joint or actuator, its base disagrees with `hw.kind` (a free joint
-            on `kind: arm`, none on `kind: legged`), or control_dt is not a whole number of physics steps.
+            on `kind: arm`, none on `kind: legged`), control_dt is not a whole number of physics steps, or
+            object_body is not a body with a free joint.
     """
 
     def __init__(
@@ -56,6 +59,7 @@ class SimRobot:
         realtime: bool = False,
         seed: int = 0,
         physics_dt: float | None = None,
+        object_body: str | None = None,
     ):
         import mujoco
 
@@ -87,12 +91,23 @@ class SimRobot:
         self.aid = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, n) for n in hw.joint_names])
         if (self.aid < 0).any():
             raise ValueError(f"sim model {model_path} needs a position actuator named after every joint")
-        self.floating = m.njnt > 0 and m.jnt_type[0] == mujoco.mjtJoint.mjJNT_FREE
+        root = int(m.jnt_bodyid[jid[0]])  # the robot's root body (below the world), not a free object's
+        while m.body_parentid[root] != 0:
+            root = int(m.body_parentid[root])
+        root_joints = range(m.body_jntadr[root], m.body_jntadr[root] + m.body_jntnum[root])
+        self.floating = any(m.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE for j in root_joints)
         if self.floating != (hw.kind == "legged"):
             base = "a free joint (floating base)" if self.floating else "no free joint (fixed base)"
             raise ValueError(f"sim model {model_path} has {base} but hardware {hw.robot!r} is kind {hw.kind!r}")
         ee = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, "ee_pos")
         self._ee = slice(m.sensor_adr[ee], m.sensor_adr[ee] + 3) if ee >= 0 else None
+        self._object: tuple[int, int] | None = None  # (qpos, qvel) address of the object's free joint
+        if object_body is not None:
+            body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, object_body)
+            jnt = int(m.body_jntadr[body]) if body >= 0 else -1
+            if jnt < 0 or m.jnt_type[jnt] != mujoco.mjtJoint.mjJNT_FREE:
+                raise ValueError(f"sim model {model_path} has no body {object_body!r} with a free joint (the object)")
+            self._object = (int(m.jnt_qposadr[jnt]), int(m.jnt_dofadr[jnt]))
         self._pending: collections.deque[tuple[float, JointCommand]] = collections.deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -130,6 +145,7 @@ class SimRobot:
                 imu_quat=quat,
                 imu_gyro=gyro,
                 ee_pos=d.sensordata[self._ee].copy() if self._ee is not None else None,
+                object_pos=d.qpos[self._object[0]:self._object[0] + 3].copy() if self._object else None,
             )
 
     def send_command(self, command: JointCommand) -> None:
@@ -159,6 +175,16 @@ class SimRobot:
             m.actuator_biasprm[self.aid, 1] = 0.0
             m.actuator_biasprm[self.aid, 2] = 0.0
             mj.mj_forward(m, d)
+
+    def place_object(self, pos: np.ndarray) -> None:
+        """Put the object at rest at `pos` (3,), upright (world frame: the base frame of a fixed arm)."""
+        if self._object is None:
+            raise ValueError("this twin models no object (hardware transport.sim.object)")
+        qadr, dadr = self._object
+        with self._lock:
+            self.data.qpos[qadr:qadr + 7] = [*np.asarray(pos, dtype=np.float64), 1.0, 0.0, 0.0, 0.0]
+            self.data.qvel[dadr:dadr + 6] = 0.0
+            self._mj.mj_forward(self.model, self.data)
 
     def advance(self, steps: int) -> None:
         """Step the physics `steps` times, applying commands whose latency has elapsed."""

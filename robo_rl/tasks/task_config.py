@@ -1,0 +1,20 @@
+"""Config fields every task shares: what models the step from simulation to a real robot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from robo_rl.config import _f
+from robo_rl.tasks.events import DomainRandConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskConfig:
+    """Base of every task's config dataclass (one level: tasks add their own fields)."""
+
+    randomization: DomainRandConfig = field(default_factory=DomainRandConfig)
+    """Domain randomisation ranges (robo_rl.tasks.events; all off by default)."""
+    motor_lag_s: float = _f(0.0, ge=0.0, le=1.0)
+    """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
+    obs_history: dict[str, int] = _f({})
+    """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""

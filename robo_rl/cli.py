@@ -377,14 +377,32 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
-    from robo_rl.tasks import TASKS
+    from robo_rl.tasks import TASKS, make_env
 
-    print(f"{'task':<22} {'obs':>4} {'critic':>6} {'act':>4}  description")
-    for name, (env_cls, cfg_cls) in TASKS.items():
-        obs = sum(t.dim for t in env_cls.policy_terms)
-        critic = obs + sum(t.dim for t in env_cls.critic_extra_terms)
-        print(f"{name:<22} {obs:>4} {critic:>6} {env_cls.action_dim_of(cfg_cls()):>4}  {env_cls.description}")
+    for name in TASKS:
+        env = make_env(name, 1)  # one world: the exact groups and terms of the default config
+        print(f"{name}\n  {env.description}")
+        for line in task_summary(env):
+            print(f"  {line}")
+        env.close()
+    print("gym:<id>\n  any gymnasium environment id through the gymnasium adapter (e.g. gym:Hopper-v5)")
     return 0
+
+
+def task_summary(env) -> list[str]:
+    """Lines describing a built task's observation groups and action terms (for `robo-rl tasks`)."""
+    policy = ", ".join(f"{t.name} {t.dim}" + (f"x{t.history}" if t.history > 1 else "") for t in env.policy_terms)
+    lines = [f"policy obs  {env.obs_dims['policy']:>3}: {policy}"]
+    extra = ", ".join(f"{t.name} {t.dim}" for t in env.critic_extra_terms)
+    lines.append(f"critic obs  {env.obs_dims['critic']:>3}: the policy's terms" + (f" + {extra}" if extra else ""))
+    if env.camera is not None:
+        size = env.cfg.image_size
+        lines.append(f"image obs     : 3x{size}x{size} uint8 from camera {env.camera!r}")
+    if env.instructions:
+        lines.append(f"text obs      : instruction index of {len(env.instructions)} ({env.instructions[0]!r}, ...)")
+    terms = " + ".join(f"{spec.kind} {spec.dim}" for spec in env.action_specs)
+    lines.append(f"actions     {env.action_dim:>3}: {terms}")
+    return lines
 
 
 COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "tasks": cmd_tasks}

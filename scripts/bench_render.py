@@ -1,12 +1,13 @@
 """Benchmark: camera frames/s of the batched headless renderer (`backend.render_cameras`) on the CPU.
 
-The worlds are `envs/panda.xml` (the arm of the manipulation tasks), N of them driven for 1 s with
-random joint targets so that each shows its own mid-episode pose; the camera is the fixed `scene`
-camera. Frames/s = worlds / seconds of one `render_cameras("scene", W, W)` call for all worlds; the
-sizes take turns within each round, median over rounds, single process. With `--variants` each
-speed setting of `RenderSettings` is also timed switched back to MuJoCo's default value (and the
-per-world `mujoco.Renderer` path that `backend.render` uses for videos), all in turn within each
-round on the same states, so a slow spell of this shared machine hits every variant alike.
+The worlds are `arm-pick-place-vision`'s (the arm with its gripper, a table, three coloured cubes
+and the place marker), N of them driven for 1 s by the scripted expert so that each shows its own
+mid-episode scene; the camera is the task's fixed `scene` camera. Frames/s = worlds / seconds of
+one `render_cameras("scene", W, W)` call for all worlds; the sizes take turns within each round,
+median over rounds, single process. With `--variants` each speed setting of `RenderSettings` is
+also timed switched back to MuJoCo's default value (and the per-world `mujoco.Renderer` path that
+`backend.render` uses for videos), all in turn within each round on the same states, so a slow
+spell of this shared machine hits every variant alike.
 
     python scripts/bench_render.py                         # 64 worlds, 64 and 96 px
     python scripts/bench_render.py --variants              # what each setting is worth at 64 px
@@ -31,9 +32,7 @@ from robo_rl.sim.mujoco_cpu import MujocoCpuBackend  # noqa: E402  (sets a headl
 # isort: on
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
-import torch  # noqa: E402
 
-from robo_rl.assets import find_asset  # noqa: E402
 from robo_rl.sim.render import CameraRenderer, RenderSettings  # noqa: E402
 
 CAMERA = "scene"
@@ -42,13 +41,19 @@ TARGET_FPS = 200.0
 
 
 def mid_episode_backend(num_envs: int, seed: int = 0) -> MujocoCpuBackend:
-    """Panda worlds after 1 s of random joint targets around the home pose: every world a different pose."""
-    b = MujocoCpuBackend(find_asset("envs/panda.xml"), num_envs, keyframe="home")
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(5):  # a new random target every 0.2 s
-        b.ctrl[:] = b.ctrl + 0.25 * torch.randn(b.ctrl.shape, generator=gen, dtype=b.ctrl.dtype)
-        b.step(40)
-    return b
+    """The backend of arm-pick-place-vision worlds 1 s into an episode of the scripted expert: every world differs.
+
+    The env is left open (its backend is returned); the process ends soon after in the benchmark.
+    """
+    from robo_rl.tasks import make_env
+    from robo_rl.tasks.experts import PickPlaceExpert
+
+    env = make_env("arm-pick-place-vision", num_envs, seed=seed)
+    env.reset(random_start=False)
+    expert = PickPlaceExpert(env)
+    for _ in range(round(1.0 / env.dt)):
+        env.step(expert(env))
+    return env.backend
 
 
 def frames_per_s(render: Callable[[], object], frames: int, rounds: int) -> list[float]:
@@ -140,7 +145,8 @@ def main() -> None:
         args.sizes = [64, *args.sizes]
 
     b = mid_episode_backend(args.num_envs)
-    print(f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}, cores {os.cpu_count()}, {args.num_envs} worlds of envs/panda.xml, "
+    print(f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}, cores {os.cpu_count()}, "
+          f"{args.num_envs} worlds of arm-pick-place-vision, "
           f"camera {CAMERA!r}, median of {args.rounds} calls")
     calls = {size: (lambda size=size: b.render_cameras(CAMERA, size, size)) for size in args.sizes}
     for call in calls.values():

@@ -1,7 +1,7 @@
-"""Write a PNG grid of what the `scene` camera sees in a few worlds of `envs/panda.xml`, at policy size.
+"""Write a PNG grid of what the `scene` camera of arm-pick-place-vision sees in a few worlds, at policy size.
 
-The worlds are the benchmark's mid-episode worlds (`bench_render.mid_episode_backend`: 1 s of random
-joint targets), each rendered by `backend.render_cameras` exactly as a policy would get it, then
+The worlds are the benchmark's mid-episode worlds (`bench_render.mid_episode_backend`: 1 s of the
+scripted expert), each rendered by `backend.render_cameras` exactly as a policy would get it, then
 enlarged by whole pixels (no smoothing) so the picture can be read.
 
     python scripts/camera_picture.py docs/img/scene_camera.png

@@ -13,13 +13,23 @@ def test_import_robo_rl_does_not_import_torch_or_mujoco():
     assert out.stdout.split() == ["False", "False"]
 
 
-def test_tasks_command_lists_sizes(cli):
+def test_tasks_command_lists_groups_and_action_terms(cli):
     result = cli("tasks")
     assert result.returncode == 0
-    lines = result.stdout.splitlines()
-    arm = next(line for line in lines if line.startswith("arm-reach"))
-    quad = next(line for line in lines if line.startswith("quadruped-walk-flat"))
-    assert arm.split()[1:4] == ["27", "27", "7"]
-    assert quad.split()[1:4] == ["45", "48", "12"]
-    pick = next(line for line in lines if line.startswith("arm-pick-place"))
-    assert pick.split()[1:4] == ["29", "32", "4"]  # actions: 3 end-effector steps + 1 gripper, for 8 joints
+    blocks = {}  # task -> its indented lines
+    for line in result.stdout.splitlines():
+        if not line.startswith(" "):
+            blocks[line] = []
+        else:
+            blocks[list(blocks)[-1]].append(" ".join(line.split()))
+
+    def sizes(task):
+        return [line.split(":")[0] for line in blocks[task] if ":" in line]
+
+    assert sizes("arm-reach") == ["policy obs 27", "critic obs 27", "actions 7"]
+    assert sizes("quadruped-walk-flat") == ["policy obs 45", "critic obs 48", "actions 12"]
+    assert "actions 4: ee_delta 3 + gripper 1" in blocks["arm-pick-place"]  # 3 end-effector steps + 1 gripper
+    vision = blocks["arm-pick-place-vision"]
+    assert "image obs : 3x64x64 uint8 from camera 'scene'" in vision
+    assert any(line.startswith("text obs : instruction index of 3") for line in vision)
+    assert "gym:<id>" in blocks

@@ -5,7 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from robo_rl.config import ConfigError
-from robo_rl.tasks.arm_pick_place import ArmPickPlaceConfig, ArmPickPlaceEnv
+from robo_rl.tasks.arm_pick_place import (
+    ArmPickPlaceConfig,
+    ArmPickPlaceEnv,
+    ArmPickPlaceVisionConfig,
+    ArmPickPlaceVisionEnv,
+)
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
 from robo_rl.tasks.base import TaskEnv
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
@@ -14,6 +19,7 @@ TASKS: dict[str, tuple[type[TaskEnv], type]] = {
     "arm-reach": (ArmReachEnv, ArmReachConfig),
     "quadruped-walk-flat": (QuadrupedWalkEnv, QuadrupedWalkConfig),
     "arm-pick-place": (ArmPickPlaceEnv, ArmPickPlaceConfig),
+    "arm-pick-place-vision": (ArmPickPlaceVisionEnv, ArmPickPlaceVisionConfig),
 }
 
 

@@ -9,6 +9,7 @@ shaped terms (reach, lift, move); `Metrics/success` is the success at the end of
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -135,7 +136,7 @@ class ArmPickPlaceEnv(TaskEnv):
         self.base_pos = torch.zeros(3)  # the arm's base (link0) sits at the world origin, axes aligned
         self.cube_half = float(m.geom_size[m.body_geomadr[b.name_id("body", cfg.cube_bodies[0])], 2])
         self.rest_z = cfg.table_height + self.cube_half  # cube centre height when it rests on the table
-        self._init_qpos = torch.from_numpy(b._init_state[b.slices["qpos"]].copy())  # (nq,)
+        self._init_qpos = b.init_state[b.slices["qpos"]].clone()  # (nq,)
         self.lifted = torch.zeros(num_envs, dtype=torch.bool)  # (N,) the goal cube was lifted this episode
         self._refresh()
 
@@ -307,3 +308,78 @@ def _home_site_quat(model, keyframe: str | None, site: str) -> list[float]:
     quat = np.zeros(4)
     mujoco.mju_mat2Quat(quat, d.site_xmat[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)])
     return quat.tolist()
+
+
+VISION_CUBES = (("red", (0.85, 0.2, 0.15)), ("blue", (0.2, 0.35, 0.85)), ("yellow", (0.9, 0.8, 0.1)))
+"""Cube colours of arm-pick-place-vision (the place marker is green); the first is the scene's own cube."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmPickPlaceVisionConfig(ArmPickPlaceConfig):
+    """arm-pick-place-vision: arm-pick-place with three coloured cubes, a camera image and a text instruction."""
+
+    cube_bodies: tuple[str, ...] = _f(tuple(f"cube_{c}" for c, _ in VISION_CUBES))
+    """Cube bodies; the scene gets one cube per entry of VISION_CUBES (red, blue, yellow), named cube_<colour>."""
+    image_size: int = _f(64, choices=(64, 96))
+    """Side (pixels) of the square RGB image of the `scene` camera in the "image" observation group."""
+
+    def validate(self) -> None:
+        super().validate()
+        names = tuple(f"cube_{c}" for c, _ in VISION_CUBES)
+        if self.cube_bodies != names:
+            raise ConfigError(f"config error: env.cube_bodies = {list(self.cube_bodies)!r}: this task's scene has "
+                              f"the cubes {list(names)}")
+
+
+class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
+    """The goal cube is named only by the instruction: "text" is its index into `instructions`, "image" shows
+    the scene. The state-based "policy" group still carries the goal cube's position (for state-based baselines
+    and the scripted expert); image-and-language policies use "image" and "text" instead."""
+
+    description = ("arm-pick-place with red, blue and yellow cubes; a 64x64 camera image and a text instruction "
+                   "name the cube to move")
+    camera = "scene"
+    instructions = tuple(f"put the {colour} cube on the green marker" for colour, _ in VISION_CUBES)
+
+    @property
+    def instruction(self) -> Tensor:
+        """(N,) index of each world's instruction: the goal cube."""
+        return self.goal
+
+    def _load_model(self, cfg: ArmPickPlaceVisionConfig):
+        """The arm-pick-place scene with its cube recoloured and renamed, and the other coloured cubes added."""
+        import mujoco
+
+        check_model_file(cfg.model)
+        from robo_rl.assets import find_asset
+
+        spec = mujoco.MjSpec.from_file(str(find_asset(cfg.model)))
+        first = spec.body("cube")
+        proto = spec.geom("cube")
+        if first is None or proto is None:
+            raise ConfigError(f"config error: env.model = {cfg.model!r}: needs a body and geom named 'cube'")
+        key = spec.keys[0] if len(spec.keys) else None
+        qpos = list(key.qpos) if key is not None else []
+        for i, (colour, rgb) in enumerate(VISION_CUBES):
+            if i == 0:
+                body, geom = first, proto
+                body.name, geom.name = f"cube_{colour}", f"cube_{colour}"
+                geom.material = ""
+            else:
+                y = 0.1 * (1 if i % 2 else -1) * ((i + 1) // 2)
+                body = spec.worldbody.add_body(name=f"cube_{colour}", pos=[0.5, y, proto.size[2]])
+                body.add_freejoint(name=f"cube_{colour}")
+                geom = body.add_geom(name=f"cube_{colour}", type=proto.type, size=proto.size, mass=proto.mass,
+                                     friction=proto.friction, condim=proto.condim, contype=proto.contype,
+                                     conaffinity=proto.conaffinity, solref=proto.solref, solimp=proto.solimp)
+                qpos += [0.5, y, float(proto.size[2]), 1.0, 0.0, 0.0, 0.0]
+            geom.rgba = [*rgb, 1.0]
+        if key is not None:
+            key.qpos = qpos
+        return spec.compile()
+
+    @property
+    def contract(self) -> DeployContract:
+        c = super().contract
+        return dataclasses.replace(c, extra={**c.extra, "camera": self.camera, "image_size": self.cfg.image_size,
+                                             "instructions": list(self.instructions)})

@@ -175,6 +175,7 @@ class PolicyStep:
         self.kp[self.robot_index] = policy.contract.kp
         self.kd[self.robot_index] = policy.contract.kd
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
+        self.last_obs: np.ndarray | None = None  # (O,) input of the latest step, for recording
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
 
@@ -193,6 +194,7 @@ class PolicyStep:
 
     def __call__(self, state: RobotState) -> np.ndarray:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
+        self.last_obs = obs
         actions, targets = self.policy(obs)
         self.last_action = actions
         if state.joint_names != self._state_names:  # joint order of the state, resolved by name once

@@ -1,4 +1,4 @@
-"""The `robo-rl` command: train, play, export, deploy, tasks.
+"""The `robo-rl` command: train, play, export, deploy, twin, tasks.
 
 User mistakes (unknown task, bad config key or value, missing run, unwritable output, a run in use)
 print one line `robo-rl: ...` on stderr and never a traceback.
@@ -74,7 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     dp = sub.add_parser("deploy", help="run an exported policy on a robot through the deploy core")
     dp.add_argument("--policy", required=True, metavar="policies/X.onnx")
     dp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
-    dp.add_argument("--transport", default="sim", help="how to reach the robot (sim: the MuJoCo twin)")
+    dp.add_argument("--transport", default="sim",
+                    help="how to reach the robot: sim (the MuJoCo twin, in-process) or dds (a real robot or "
+                         "`robo-rl twin` over DDS, ROS 2 wire format; POLICY starts when the operator types start)")
     dp.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     dp.add_argument("--velocity", metavar="VX,VY,WZ", help="velocity command for legged policies")
     dp.add_argument("--target", metavar="X,Y,Z", help="end-effector target for reaching policies (base frame, m)")
@@ -82,6 +84,25 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--noise", type=float, default=0.0, help="sim transport: sensor noise std")
     dp.add_argument("--allow-unsafe-hardware", action="store_true",
                     help="experts only: accept hardware safety values outside their safe range (warned loudly)")
+    dp.add_argument("--domain-id", type=int, default=0, help="dds transport: DDS domain (ROS_DOMAIN_ID)")
+    dp.add_argument("--command-interface", help="dds transport, ros2 profile: forward_position, joint_trajectory "
+                                                "or pd_targets (default: the hardware file's, else pd_targets)")
+    dp.add_argument("--dry-run", action="store_true", help="dds transport: run everything but send no command")
+    dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
+    dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
+                    help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
+                         "operator; repeatable, summed)")
+
+    tw = sub.add_parser("twin", help="serve the MuJoCo twin of a robot on its DDS topics until stopped")
+    tw.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
+    tw.add_argument("--transport", default="dds", help="how the twin is reached (dds)")
+    tw.add_argument("--domain-id", type=int, default=0, help="DDS domain (ROS_DOMAIN_ID)")
+    tw.add_argument("--rate", type=float, default=200.0, help="state publishing rate (Hz)")
+    tw.add_argument("--command-interface", help="ros2 profile: the command interface it accepts (default as deploy)")
+    tw.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    tw.add_argument("--physics-dt", type=float, help="physics time step (s); default the MJCF's")
+    tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
+    tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
 
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
@@ -353,6 +374,14 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
+    if args.transport == "dds":
+        return _deploy_dds(args, wanted)
+    dds_only = [flag for flag, given in (("--domain-id", args.domain_id != 0), ("--dry-run", args.dry_run),
+                                         ("--command-interface", args.command_interface is not None),
+                                         ("--reset-module", args.reset_module != "home"),
+                                         ("--reward", bool(args.rewards))) if given]
+    if dds_only:
+        raise UserError(f"{', '.join(dds_only)}: only with --transport dds (got --transport {args.transport})")
     try:
         session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise,
                                commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware)
@@ -372,6 +401,58 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         detail = f": {c.last_error}" if c.last_error else ""
         print(f"robo-rl: deploy stopped on fault {fault}{detail}", file=sys.stderr, flush=True)
         return 1
+    return 0
+
+
+def _deploy_dds(args: argparse.Namespace, wanted: dict[str, np.ndarray]) -> int:
+    """Deploy over DDS: POLICY only after the operator's `start` (stdin or rt/robo_rl/operator)."""
+    from robo_rl.deploy.dds_session import deploy_exit_code, run_dds_deploy
+    from robo_rl.deploy.hardware import load_hardware
+    from robo_rl.deploy.runtime import RuntimeConfig
+    from robo_rl.deploy.transports.dds import DdsSettings
+
+    try:
+        interface = args.command_interface
+        if interface is None:  # the hardware file's choice, else pd_targets
+            from robo_rl.assets import find_asset
+
+            hw = load_hardware(find_asset(args.robot, what="hardware file"),
+                               allow_unsafe=args.allow_unsafe_hardware, warn=lambda line: None)
+            interface = DdsSettings.from_hardware(hw).command_interface
+        config = RuntimeConfig(policy_path=args.policy, hardware_config=args.robot, command_interface=interface,
+                               dry_run=args.dry_run, reset_module=args.reset_module, rewards=tuple(args.rewards),
+                               allow_unsafe_hardware=args.allow_unsafe_hardware)
+        _stop_on_signals()
+        runtime = run_dds_deploy(config, domain_id=args.domain_id, duration_s=args.duration, commands=wanted)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    c = runtime.controller
+    stats = c.stats()
+    print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
+          f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
+    code, line = deploy_exit_code(runtime)
+    if line:
+        print(f"robo-rl: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+# ---------------------------------------------------------------------------------------------- twin
+def cmd_twin(args: argparse.Namespace) -> int:
+    """Serve the twin until Ctrl-C / SIGTERM / --duration: exit 0; bad input: 2."""
+    from robo_rl.deploy.dds_session import run_twin
+
+    if args.transport != "dds":
+        raise UserError(f"--transport {args.transport!r}: the twin is served over dds only")
+    for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
+    _stop_on_signals()
+    try:
+        run_twin(args.robot, domain_id=args.domain_id, rate_hz=args.rate, duration_s=args.duration,
+                 command_interface=args.command_interface, physics_dt=args.physics_dt, latency_s=args.latency,
+                 noise_std=args.noise)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     return 0
 
 
@@ -405,7 +486,8 @@ def task_summary(env) -> list[str]:
     return lines
 
 
-COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "tasks": cmd_tasks}
+COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "twin": cmd_twin,
+            "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:

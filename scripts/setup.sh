@@ -2,7 +2,8 @@
 # Set up robo_rl in ./.venv with the pinned versions of constraints.txt. Safe to run again.
 #   - system libraries for headless rendering (EGL / OSMesa) when running as root with apt;
 #   - the CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build);
-#   - robo_rl in editable mode with the dev extra (tests, benchmarks' reference libraries).
+#   - robo_rl in editable mode with the dev extra (tests, benchmarks' reference libraries, DDS);
+#   - unitree-sdk2 without its dependencies (its IDL types are the reference for the Unitree profile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,4 +26,7 @@ pip_install() {  # quiet unless it fails; the full output stays in .venv/setup.l
 : >"$log"
 pip_install torch==2.13.0
 pip_install -e ".[dev]"
+# unitree-sdk2 pins an old cyclonedds; only its pure-Python IDL types are used (tests/test_dds_unitree.py
+# checks our Unitree messages and CRC against them), so it goes in beside the current cyclonedds.
+pip_install --no-deps unitree-sdk2==1.0.1
 echo "robo_rl is set up in .venv ($(.venv/bin/python -c 'import torch, mujoco; print("torch", torch.__version__, "mujoco", mujoco.__version__)'))"

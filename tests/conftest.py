@@ -24,3 +24,12 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def dds_domain(monkeypatch) -> int:
+    """Loopback-only Cyclone DDS (CYCLONEDDS_URI) for this test and its subprocesses; a fresh random domain id."""
+    from tests.dds_support import LOOPBACK_URI, random_domain
+
+    monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_URI)
+    return random_domain()

@@ -23,7 +23,7 @@ PATH_FLAGS = ("--policy", "--robot", "--config")
 def test_readme_has_its_commands():
     assert LINES[:2] == ["bash scripts/setup.sh && .venv/bin/robo-rl train --task arm-reach --video",
                          "bash scripts/setup.sh && .venv/bin/python -m pytest"]
-    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy"}
+    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy", "twin"}
 
 
 @pytest.mark.parametrize("args", ROBO_RL, ids=[" ".join(a)[:60] for a in ROBO_RL])
@@ -45,9 +45,43 @@ def test_readme_tasks_command_runs(capsys):
     assert "arm-reach" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("args", [a for a in ROBO_RL if a[0] == "deploy"], ids=lambda a: a[2])
+ROS_SIDE = ("ros2 ", "colcon ", "cd ros_ws")
+"""Commands run in a sourced ROS 2 shell (no ROS here: checked against the package, see below)."""
+
+
+def test_readme_commands_are_runnable_or_ros_side():
+    for line in LINES:
+        assert line.startswith((".venv/bin/", "bash scripts/setup.sh") + ROS_SIDE), f"unclassified command: {line}"
+
+
+def test_readme_ros_commands_name_what_the_package_has():
+    from robo_rl.deploy import ros_interface as names
+
+    ros = [line for line in LINES if line.startswith(ROS_SIDE)]
+    assert any("colcon build" in line for line in ros) and any("colcon test" in line for line in ros)
+    services = {s.removeprefix("~/") for s in (names.START_SERVICE, names.STOP_SERVICE, names.RESET_ESTOP_SERVICE,
+                                                names.RESET_SERVICE)}
+    for line in ros:
+        words = shlex.split(line.split("&&")[-1])
+        if words[:2] == ["ros2", "launch"]:
+            assert words[2] == names.PACKAGE and (REPO / "ros_ws/src/robo_rl_ros/launch" / words[3]).is_file(), line
+            for arg in words[4:]:
+                key, value = arg.split(":=")
+                assert key in names.LAUNCH_ARGUMENTS + ("command_interface",), line
+                assert key not in ("robot", "policy") or (REPO / value).is_file(), line
+        elif words[:3] == ["ros2", "service", "call"]:
+            node, service = words[3].rsplit("/", 1)
+            assert node == f"/{names.POLICY_NODE}" and service in services and words[4] == "std_srvs/srv/Trigger"
+        elif words[:3] == ["ros2", "topic", "pub"]:
+            assert words[4] == "/" + names.ESTOP.name and words[5] == names.ESTOP.ros_type, line
+        elif words[:2] == ["ros2", "lifecycle"]:
+            assert words[3] == f"/{names.POLICY_NODE}" and words[4] in ("configure", "activate"), line
+
+
+@pytest.mark.parametrize("args", [a for a in ROBO_RL if a[0] == "deploy" and "dds" not in a], ids=lambda a: a[2])
 def test_readme_deploy_command_runs(args):
-    """The deploy commands as written, on the real-time twin, cut to 2 s."""
+    """The sim deploy commands as written, on the real-time twin, cut to 2 s (the DDS ones need a robot or a
+    twin on the other side: tests/test_dds_transport.py runs them)."""
     cut = [a for i, a in enumerate(args) if a != "--duration" and (i == 0 or args[i - 1] != "--duration")]
     result = run_cli(*cut, "--duration", "2", timeout=120)
     assert result.returncode == 0, result.stderr

@@ -83,6 +83,11 @@ class Controller:
     Mode requests (`request_ramp`, `start_policy`, `stop`, `estop`, `reset`) may come from another
     thread (keyboard, joystick); they take effect on the next tick, at most one period later.
 
+    READY holds `default_q`, or the trajectory given to `hold` (reset modules move the robot that way,
+    through the same filter). `on_tick`, when set, is called at the end of every tick with (now, state
+    read, command sent), from the control thread (recording, rewards, diagnostics); an exception in it is
+    counted in `hook_errors` and never stops the loop.
+
     Legged robots: RAMP starts limp and waits until the gyro is quiet, then checks that the IMU's
     gravity points down in the hardware's quaternion order (`SafetyFilter.check_upright`); only then
     do the gains rise. A failed check faults ("imu_check") with the reason in `last_error`.
@@ -132,6 +137,11 @@ class Controller:
         self.last_fault: str | None = None
         self.last_error: str | None = None
         self.last_interventions: list[str] = []
+        self.last_command: JointCommand | None = None  # the last filtered command sent
+        self._hold: Callable[[float], np.ndarray] | None = None  # READY target trajectory; None: default_q
+        self.on_tick: Callable[[float, RobotState | None, JointCommand], None] | None = None
+        self.hook_errors = 0
+        self.last_hook_error: str | None = None
         self.intervention_counts: Counter[str] = Counter()
         self._window = stats_window
         self._periods = np.zeros(stats_window)  # ring buffer (s)
@@ -145,6 +155,11 @@ class Controller:
     def mode(self) -> Mode:
         """Current mode."""
         return self.state_machine.mode
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The controller's time source (s)."""
+        return self._clock
 
     @property
     def period(self) -> float:
@@ -164,6 +179,28 @@ class Controller:
             self._ramp_q = None
             self._ramp_requested_at = now
             self._gravity_checked = False
+            self._hold = None
+
+    def hold(self, target: Callable[[float], np.ndarray] | None) -> None:
+        """READY holds target(now), a (J,) pose in robot order, instead of default_q; None: default_q again.
+
+        The trajectory is evaluated every tick; a wrong shape or NaN faults to DAMP ("command_error").
+        """
+        with self._lock:
+            self._hold = target
+
+    def ready_target(self, now: float) -> np.ndarray:
+        """(J,) pose READY holds at `now` (a fresh array)."""
+        with self._lock:
+            return np.array(self.default_q if self._hold is None else self._hold(now), dtype=np.float64)
+
+    def end_policy(self) -> None:
+        """POLICY -> READY holding the last sent position target (no jump); ValueError outside POLICY."""
+        with self._lock:
+            self.state_machine.end_policy(self._clock())
+            if self.last_command is not None:
+                q = self.last_command.q.copy()
+                self._hold = lambda now: q
 
     def start_policy(self) -> None:
         """READY -> POLICY after `policy.reset()`; ValueError without a policy or outside READY."""
@@ -215,7 +252,10 @@ class Controller:
             q, kp, kd = ramp_command(self._ramp_q, self.default_q, hw.kp, hw.kd, alpha)
             return JointCommand(hw.joint_names, q, zeros, kp, kd, zeros)
         if mode is Mode.READY:
-            return JointCommand(hw.joint_names, self.default_q, zeros, hw.kp, hw.kd, zeros)
+            q = self.default_q if self._hold is None else np.asarray(self._hold(now), dtype=np.float64)
+            if q.shape != zeros.shape:
+                raise ValueError(f"READY hold target has shape {q.shape}, expected {zeros.shape}")
+            return JointCommand(hw.joint_names, q, zeros, hw.kp, hw.kd, zeros)
         q = np.asarray(self.policy(state), dtype=np.float64)  # (J,)
         if q.shape != zeros.shape:
             raise ValueError(f"policy returned shape {q.shape}, expected {zeros.shape}")
@@ -282,6 +322,13 @@ class Controller:
             self.last_interventions = interventions
             self.intervention_counts.update(interventions)
             self.robot.send_command(safe)
+            self.last_command = safe
+            if self.on_tick is not None:
+                try:
+                    self.on_tick(now, state, safe)
+                except Exception as exc:  # recording or reward code must never stop the robot's loop
+                    self.hook_errors += 1
+                    self.last_hook_error = f"{type(exc).__name__}: {exc}"
             return safe
 
     # ------------------------------------------------------------------------------------------- loop

@@ -205,6 +205,7 @@ class PolicyStep:
         self.kd[self.robot_index] = policy.contract.kd
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
         self.action_map = ActionMap(policy.contract)  # every joint target, from actions and the measured joints
+        self.last_obs: np.ndarray | None = None  # (O,) input of the latest step, for recording
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
 
@@ -224,6 +225,7 @@ class PolicyStep:
 
     def __call__(self, state: RobotState) -> np.ndarray:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
+        self.last_obs = obs
         actions, _ = self.policy(obs)
         self.last_action = actions
         targets = self.action_map(actions, state.q[self.builder.policy_index(state.joint_names)])  # (J,) policy order

@@ -1,8 +1,9 @@
 """Wire a policy, a robot description and a transport into a running Controller.
 
-`open_session` loads and checks everything before any robot is touched; `run_live` drives the
-modes PASSIVE -> RAMP -> READY -> POLICY with a live status line and stops safely (DAMP, a last
-damping command) on Ctrl-C or at the end.
+`open_session` loads and checks everything before any robot is touched; `run_live` (the sim twin's
+rehearsal) drives the modes PASSIVE -> RAMP -> READY -> POLICY with a live status line and stops safely
+(DAMP, a last damping command) on Ctrl-C or at the end. Real transports go through
+`robo_rl.deploy.runtime`, where POLICY starts only on an explicit operator action.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.robot import RobotInterface
 from robo_rl.deploy.state_machine import Mode
 
-TRANSPORTS = ("sim",)
+TRANSPORTS = ("sim", "dds")
 
 
 @dataclass
@@ -35,13 +36,22 @@ class Session:
 
 
 def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime: bool, latency_s: float = 0.0,
-               noise_std: float = 0.0, seed: int = 0, physics_dt: float | None = None) -> RobotInterface:
-    """The chosen transport; each is imported only when chosen (the sim twin needs mujoco).
+               noise_std: float = 0.0, seed: int = 0, physics_dt: float | None = None, domain_id: int = 0,
+               command_interface: str | None = None, needs_ee: bool = False) -> RobotInterface:
+    """The chosen transport; each is imported only when chosen (the sim twin needs mujoco, DDS cyclonedds).
 
     `physics_dt` (the contract's) sets the sim twin's time step: training overrides the MJCF's.
+    `domain_id`, `command_interface` and `needs_ee` (wait for end-effector positions) are for `dds`.
     """
     if transport not in TRANSPORTS:
         raise ValueError(f"transport {transport!r} is not available; choose from: {', '.join(TRANSPORTS)}")
+    if transport == "dds":
+        if not realtime:
+            raise ValueError("transport dds runs in real time only (realtime=False is for the sim transport)")
+        from robo_rl.deploy.transports.dds import DdsRobot, DdsSettings, check_domain_id
+
+        settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
+        return DdsRobot(hw, settings, control_dt=control_dt, domain_id=check_domain_id(domain_id), needs_ee=needs_ee)
     from robo_rl.deploy.transports.sim import SimRobot
 
     sim = hw.transport.get("sim") or {}
@@ -53,11 +63,35 @@ def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime:
                     object_body=sim.get("object"))
 
 
+def load_for_deploy(policy_path: str | Path, hardware_path: str | Path, *,
+                    commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
+                    warn: Callable[[str], None] | None = None) -> tuple[HardwareSpec, PolicyStep]:
+    """Load and cross-check hardware file, policy and operator commands (ValueError, one line); touches no robot."""
+    hw = load_hardware(find_asset(hardware_path, what="hardware file"), allow_unsafe=allow_unsafe_hardware, warn=warn)
+    onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
+    policy = PolicyStep(onnx_policy, hw, commands, warn=warn)  # validates the contract and the commands
+    return hw, policy
+
+
+def default_pose(policy: PolicyStep, hw: HardwareSpec) -> np.ndarray:
+    """(J,) pose RAMP moves to and READY holds: the policy's default; mid-range for joints it does not drive."""
+    q = policy.default_q.copy()
+    undriven = np.setdiff1d(np.arange(len(hw.joint_names)), policy.robot_index)
+    q[undriven] = (hw.joint_lower[undriven] + hw.joint_upper[undriven]) / 2
+    return q
+
+
+def observes_ee(policy: PolicyStep) -> bool:
+    """True when the policy observes the end-effector position (the robot must report it)."""
+    return any(t.name == "ee_pos" for t in policy.policy.contract.observation)
+
+
 def open_session(policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
                  realtime: bool = True, latency_s: float = 0.0, noise_std: float = 0.0, seed: int = 0,
                  commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
                  warn: Callable[[str], None] | None = None,
-                 wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None) -> Session:
+                 wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, domain_id: int = 0,
+                 command_interface: str | None = None) -> Session:
     """Load and cross-check policy, hardware and operator commands (ValueError, one line), then connect.
 
     Everything that can be refused is refused here, before the transport is created: a malformed
@@ -70,28 +104,27 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
         allow_unsafe_hardware: accept hardware safety values outside their safe range (loud warnings).
         warn: receives warning lines (default: stderr).
         wrap_robot: applied to the connected robot before the controller uses it (recording, tests).
+        domain_id, command_interface: DDS domain and (ros2 profile) command interface, transport dds.
 
     With `realtime=False` (sim transport only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
     """
-    hw = load_hardware(find_asset(hardware_path, what="hardware file"), allow_unsafe=allow_unsafe_hardware, warn=warn)
-    onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
-    contract = onnx_policy.contract
-    policy = PolicyStep(onnx_policy, hw, commands, warn=warn)  # validates the contract and the commands
+    hw, policy = load_for_deploy(policy_path, hardware_path, commands=commands,
+                                 allow_unsafe_hardware=allow_unsafe_hardware, warn=warn)
+    contract = policy.policy.contract
     robot = make_robot(transport, hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
-                       noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt)
+                       noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt, domain_id=domain_id,
+                       command_interface=command_interface, needs_ee=observes_ee(policy))
     if wrap_robot is not None:
         robot = wrap_robot(robot)
-    default_q = policy.default_q.copy()
-    undriven = np.setdiff1d(np.arange(len(hw.joint_names)), policy.robot_index)
-    default_q[undriven] = (hw.joint_lower[undriven] + hw.joint_upper[undriven]) / 2  # joints the policy leaves alone
     clock = time.monotonic if realtime else (lambda: robot.time)  # robot.time: sim transports
-    controller = Controller(robot, hw, policy, default_q, clock=clock)
+    controller = Controller(robot, hw, policy, default_pose(policy, hw), clock=clock)
     return Session(hw, policy, robot, controller)
 
 
 def run_live(session: Session, duration_s: float | None, *, status_every_s: float = 0.5, out=sys.stdout) -> dict:
-    """Run the controller in a thread: RAMP, then POLICY once READY; status lines; stop safely."""
+    """Sim twin only: run the controller in a thread: RAMP, then POLICY at once when READY (a rehearsal; on a
+    real transport POLICY waits for the operator, see robo_rl.deploy.runtime); status lines; stop safely."""
     c = session.controller
     stop = threading.Event()
     worker = threading.Thread(target=c.run, kwargs={"stop_event": stop}, daemon=True)

@@ -1,8 +1,9 @@
 """Operating modes of the robot side: PASSIVE -> RAMP -> READY -> POLICY -> DAMP / ESTOP.
 
 Pure logic with time passed in (no clock inside), so every transition can be tested exactly.
-POLICY is only ever entered by an explicit `start_policy`; leaving DAMP or ESTOP needs an explicit
-`reset`. Faults and stops never raise: they are the safe direction.
+POLICY is only ever entered by an explicit `start_policy` (and left for READY by `end_policy` when an
+episode ends); leaving DAMP or ESTOP needs an explicit `reset`. Faults and stops never raise: they are
+the safe direction.
 """
 
 from __future__ import annotations
@@ -133,6 +134,12 @@ class StateMachine:
         if self._mode is not Mode.READY:
             raise ValueError(f"start_policy in mode {self._mode.name}: only allowed from READY")
         self._enter(Mode.POLICY, now, "start")
+
+    def end_policy(self, now: float, reason: str = "episode_end") -> None:
+        """POLICY -> READY (an episode ended: hold, then reset or start again); ValueError from any other mode."""
+        if self._mode is not Mode.POLICY:
+            raise ValueError(f"end_policy in mode {self._mode.name}: only allowed from POLICY")
+        self._enter(Mode.READY, now, reason)
 
     def stop(self, now: float, reason: str = "stop") -> bool:
         """Any mode except ESTOP -> DAMP; returns True when the mode changed."""

@@ -1,1 +1,1 @@
-"""Robot transports; each is imported only when chosen (`sim` needs mujoco)."""
+"""Robot transports; each is imported only when chosen (`sim` needs mujoco, `dds` cyclonedds)."""

@@ -224,3 +224,18 @@ class SimRobot:
     @property
     def time(self) -> float:
         return float(self.data.time)
+
+    def base_twist(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ground-truth base velocity (linear (3,), angular (3,)) in the base frame; floating-base twins only.
+
+        For evaluation (the twin publishes it beside the robot's topics); a real robot has no such reading.
+        """
+        if not self.floating:
+            raise ValueError("base_twist: this twin has a fixed base")
+        with self._lock:
+            quat = self.data.qpos[3:7].copy()
+            lin_w = self.data.qvel[0:3].copy()  # world frame for a free joint
+            ang_b = self.data.qvel[3:6].copy()  # base frame
+        rot = np.empty(9)
+        self._mj.mju_quat2Mat(rot, quat)
+        return rot.reshape(3, 3).T @ lin_w, ang_b

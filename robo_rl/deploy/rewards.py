@@ -1,0 +1,337 @@
+"""Reward modules for real-world episodes, and the episode events they produce.
+
+Robot side, numpy only. A module scores one control step from the robot's state (and the operator's
+commands); modules compose by summing rewards, and the first success or failure of any module ends
+the episode. `EpisodeTracker` turns that into events (start, success, failure, reset, intervention)
+for recording and for an RL process on the other side of the wire.
+
+The maths are small pure functions named like the sim-side terms (`reward_*` with a kernel suffix).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.robot import RobotState
+
+
+# ---------------------------------------------------------------------------------------------- pure terms
+def goal_distance(position: np.ndarray, goal: np.ndarray) -> float:
+    """Euclidean distance (m) between (3,) positions."""
+    return float(np.linalg.norm(np.asarray(position, dtype=np.float64) - np.asarray(goal, dtype=np.float64)))
+
+
+def reward_goal_distance_exp(distance: float, *, sigma: float) -> float:
+    """exp(-d^2 / sigma^2): 1 at the goal, ~0.37 at d = sigma."""
+    return float(np.exp(-(distance / sigma) ** 2))
+
+
+def reward_joint_target_exp(q: np.ndarray, target: np.ndarray, *, sigma: float) -> float:
+    """exp(-|q - q*|^2 / sigma^2) over the (J,) joints compared."""
+    err = np.asarray(q, dtype=np.float64) - np.asarray(target, dtype=np.float64)
+    return float(np.exp(-float(err @ err) / sigma**2))
+
+
+def reward_velocity_tracking_exp(lin_vel_b: np.ndarray, ang_vel_b: np.ndarray, command: np.ndarray, *,
+                                 sigma: float, yaw_weight: float = 0.5) -> float:
+    """Legged velocity tracking: exp(-|v_xy* - v_xy|^2 / sigma) + yaw_weight exp(-(w_z* - w_z)^2 / sigma).
+
+    Args:
+        lin_vel_b: (3,) base linear velocity in the base frame (a state estimate).
+        ang_vel_b: (3,) base angular velocity in the base frame (the gyro).
+        command: (3,) velocity command (v_x, v_y, yaw rate).
+        sigma: kernel width ((m/s)^2).
+        yaw_weight: weight of the yaw-rate term.
+    """
+    lin_err = float(np.sum((np.asarray(command[:2]) - np.asarray(lin_vel_b[:2])) ** 2))
+    yaw_err = float((command[2] - ang_vel_b[2]) ** 2)
+    return float(np.exp(-lin_err / sigma) + yaw_weight * np.exp(-yaw_err / sigma))
+
+
+# ---------------------------------------------------------------------------------------------- modules
+@dataclass(frozen=True)
+class RewardStep:
+    """One step's outcome of a reward module (or of a composition)."""
+
+    reward: float
+    success: bool = False
+    failure: bool = False
+    terms: dict[str, float] = field(default_factory=dict)
+    """Per-module rewards (and metrics such as the goal distance) for logging."""
+
+    @property
+    def done(self) -> bool:
+        return self.success or self.failure
+
+
+class RewardModule(Protocol):
+    """Scores one step; `reset` before each episode."""
+
+    name: str
+
+    def reset(self) -> None: ...
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep: ...
+
+
+def _positive(name: str, value: float) -> float:
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} = {value!r}: must be a finite number > 0")
+    return float(value)
+
+
+class GoalDistanceReward:
+    """Reach a goal: reward exp(-d^2 / sigma^2); success once d < threshold for `hold_steps` steps in a row.
+
+    The goal is the operator's `target_pos` command (what a reaching policy is asked to reach) unless
+    `goal` is given; the position is the state's end-effector position.
+    """
+
+    def __init__(self, *, threshold: float = 0.03, sigma: float = 0.1, hold_steps: int = 5,
+                 goal: Sequence[float] | None = None, name: str = "goal_distance"):
+        self.threshold = _positive("goal_distance threshold", threshold)
+        self.sigma = _positive("goal_distance sigma", sigma)
+        if hold_steps < 1:
+            raise ValueError(f"goal_distance hold_steps = {hold_steps!r}: must be >= 1")
+        self.hold_steps = int(hold_steps)
+        self.goal = None if goal is None else np.asarray(goal, dtype=np.float64)
+        self.name = name
+        self._inside = 0
+
+    def reset(self) -> None:
+        self._inside = 0
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
+        if state.ee_pos is None:
+            raise ValueError("goal_distance reward needs the end-effector position (state.ee_pos)")
+        goal = self.goal if self.goal is not None else commands.get("target_pos")
+        if goal is None:
+            raise ValueError("goal_distance reward needs a goal (the target_pos command or `goal`)")
+        d = goal_distance(state.ee_pos, goal)
+        self._inside = self._inside + 1 if d < self.threshold else 0
+        r = reward_goal_distance_exp(d, sigma=self.sigma)
+        return RewardStep(r, success=self._inside >= self.hold_steps, terms={self.name: r, "goal_distance_m": d})
+
+
+class JointTargetReward:
+    """Reach a joint configuration: reward exp(-|q - q*|^2 / sigma^2); success when every |q - q*| < tolerance.
+
+    Args:
+        target: {joint name: position} (rad); only these joints count.
+        hw: the robot (joint order of states is mapped by name).
+    """
+
+    def __init__(self, target: Mapping[str, float], hw: HardwareSpec, *, sigma: float = 0.2,
+                 tolerance: float = 0.05, name: str = "joint_target"):
+        if not target:
+            raise ValueError("joint_target reward: target is empty (give {joint name: position})")
+        hw.index_of(list(target))  # ValueError naming unknown joints
+        self.names = tuple(target)
+        self.target = np.array([float(target[n]) for n in self.names])
+        self.sigma = _positive("joint_target sigma", sigma)
+        self.tolerance = _positive("joint_target tolerance", tolerance)
+        self.name = name
+        self._cache: tuple[tuple[str, ...], np.ndarray] | None = None
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
+        if self._cache is None or self._cache[0] != state.joint_names:
+            lookup = {n: i for i, n in enumerate(state.joint_names)}
+            missing = [n for n in self.names if n not in lookup]
+            if missing:
+                raise ValueError(f"joint_target reward: state lacks joint(s) {', '.join(missing)}")
+            self._cache = (state.joint_names, np.array([lookup[n] for n in self.names]))
+        q = np.asarray(state.q, dtype=np.float64)[self._cache[1]]
+        r = reward_joint_target_exp(q, self.target, sigma=self.sigma)
+        worst = float(np.max(np.abs(q - self.target)))
+        return RewardStep(r, success=worst < self.tolerance, terms={self.name: r, "joint_target_max_error": worst})
+
+
+class VelocityTrackingReward:
+    """Legged velocity tracking from state estimates (state.base_lin_vel, base frame; the gyro for yaw rate).
+
+    No success (walking has no goal); failure when the base tilts beyond `fall_tilt_rad` (a fall), if set.
+    """
+
+    def __init__(self, *, sigma: float = 0.25, yaw_weight: float = 0.5, fall_tilt_rad: float | None = 1.0,
+                 quaternion_order: str = "wxyz", name: str = "velocity_tracking"):
+        self.sigma = _positive("velocity_tracking sigma", sigma)
+        self.yaw_weight = float(yaw_weight)
+        self.fall_tilt_rad = None if fall_tilt_rad is None else _positive("fall_tilt_rad", fall_tilt_rad)
+        self.quaternion_order = quaternion_order
+        self.name = name
+
+    def reset(self) -> None:
+        pass
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
+        from robo_rl.deploy.safety import gravity_tilt
+
+        if state.base_lin_vel is None or state.imu_gyro is None:
+            raise ValueError("velocity_tracking reward needs a base velocity estimate (state.base_lin_vel) and a gyro")
+        command = commands.get("velocity_command")
+        if command is None:
+            raise ValueError("velocity_tracking reward needs the velocity_command")
+        r = reward_velocity_tracking_exp(state.base_lin_vel, state.imu_gyro, np.asarray(command), sigma=self.sigma,
+                                         yaw_weight=self.yaw_weight)
+        fell = (self.fall_tilt_rad is not None and state.imu_quat is not None
+                and gravity_tilt(state.imu_quat, self.quaternion_order) > self.fall_tilt_rad)
+        return RewardStep(r, failure=fell, terms={self.name: r})
+
+
+class OperatorLabelReward:
+    """Success / failure labels from the operator (a key, a topic); the next step reports the label.
+
+    `label("success")` / `label("failure")` are thread-safe. Reward: `success_reward` on a success label.
+    """
+
+    LABELS = ("success", "failure")
+
+    def __init__(self, *, success_reward: float = 1.0, name: str = "operator_label"):
+        self.success_reward = float(success_reward)
+        self.name = name
+        self._lock = threading.Lock()
+        self._pending: str | None = None
+
+    def label(self, outcome: str) -> None:
+        if outcome not in self.LABELS:
+            raise ValueError(f"label {outcome!r}: allowed values are {', '.join(self.LABELS)}")
+        with self._lock:
+            self._pending = outcome
+
+    def reset(self) -> None:
+        with self._lock:
+            self._pending = None
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
+        with self._lock:
+            outcome, self._pending = self._pending, None
+        r = self.success_reward if outcome == "success" else 0.0
+        return RewardStep(r, success=outcome == "success", failure=outcome == "failure", terms={self.name: r})
+
+
+class ComposedReward:
+    """Several modules as one: rewards summed, success / failure if any module reports it."""
+
+    def __init__(self, modules: Sequence[RewardModule]):
+        names = [m.name for m in modules]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"reward modules named {', '.join(dupes)} more than once")
+        self.modules = tuple(modules)
+        self.name = "+".join(names) or "none"
+
+    def reset(self) -> None:
+        for m in self.modules:
+            m.reset()
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
+        steps = [m(state, commands) for m in self.modules]
+        terms: dict[str, float] = {}
+        for s in steps:
+            terms.update(s.terms)
+        return RewardStep(sum(s.reward for s in steps), success=any(s.success for s in steps),
+                          failure=any(s.failure for s in steps), terms=terms)
+
+
+REWARD_MODULES = ("goal_distance", "velocity_tracking", "operator")
+"""Reward modules the policy node and the deploy command build by name (`make_reward`)."""
+
+
+def make_reward(names: Sequence[str], hw: HardwareSpec) -> ComposedReward:
+    """The composition of reward modules named in `names` (defaults for their settings)."""
+    modules: list[RewardModule] = []
+    for name in names:
+        if name == "goal_distance":
+            modules.append(GoalDistanceReward())
+        elif name == "velocity_tracking":
+            modules.append(VelocityTrackingReward(fall_tilt_rad=hw.safety.max_tilt_rad,
+                                                  quaternion_order=hw.quaternion_order))
+        elif name == "operator":
+            modules.append(OperatorLabelReward())
+        else:
+            raise ValueError(f"reward {name!r}: allowed values are {', '.join(REWARD_MODULES)}")
+    return ComposedReward(modules)
+
+
+# ---------------------------------------------------------------------------------------------- episodes
+EPISODE_EVENT_KINDS = ("start", "success", "failure", "reset", "intervention")
+
+
+@dataclass(frozen=True)
+class EpisodeEvent:
+    """Something that happened to an episode."""
+
+    kind: str
+    """One of EPISODE_EVENT_KINDS."""
+    episode: int
+    """Episode number (counts starts, from 1; 0 before the first)."""
+    time: float
+    """When (s, controller clock)."""
+    detail: dict = field(default_factory=dict)
+    """Kind-specific: the reward terms at success / failure, the reset's result, what intervened."""
+
+    def to_json(self) -> str:
+        return json.dumps({"kind": self.kind, "episode": self.episode, "time": self.time, **self.detail},
+                          sort_keys=True, default=float)
+
+
+class EpisodeTracker:
+    """Runs the reward modules each POLICY step and emits episode events.
+
+    Args:
+        reward: the (composed) reward; ComposedReward([]) for none.
+        emit: receives every event (publishing, logging); called from the control thread, keep it quick.
+
+    The first success or failure ends the episode: later outcomes are ignored until the next `start`.
+    """
+
+    def __init__(self, reward: ComposedReward, emit: Callable[[EpisodeEvent], None]):
+        self.reward = reward
+        self.emit = emit
+        self.episode = 0
+        self.active = False
+        self.total_reward = 0.0
+        self._seen_interventions: set[str] = set()
+
+    def start(self, now: float) -> None:
+        self.episode += 1
+        self.active = True
+        self.total_reward = 0.0
+        self._seen_interventions.clear()
+        self.reward.reset()
+        self.emit(EpisodeEvent("start", self.episode, now))
+
+    def step(self, state: RobotState, commands: Mapping[str, np.ndarray], now: float) -> RewardStep | None:
+        """Score one step of an active episode; emits success / failure once. None when no episode runs."""
+        if not self.active:
+            return None
+        result = self.reward(state, commands)
+        self.total_reward += result.reward
+        if result.done:
+            self.active = False
+            kind = "success" if result.success else "failure"
+            self.emit(EpisodeEvent(kind, self.episode, now, {"return": self.total_reward, **result.terms}))
+        return result
+
+    def intervention(self, what: str, now: float, *, ends_episode: bool = False) -> None:
+        """Something other than the policy decided the robot's command (operator stop, e-stop, a fault,
+        a safety-filter limit); each kind is reported once per episode."""
+        if what in self._seen_interventions and not ends_episode:
+            return
+        self._seen_interventions.add(what)
+        self.emit(EpisodeEvent("intervention", self.episode, now, {"what": what, "ends_episode": ends_episode}))
+        if ends_episode:
+            self.active = False
+
+    def reset_done(self, now: float, detail: Mapping[str, object]) -> None:
+        self.emit(EpisodeEvent("reset", self.episode, now, dict(detail)))

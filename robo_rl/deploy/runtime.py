@@ -1,0 +1,400 @@
+"""PolicyRuntime: the policy node's logic, independent of how the robot and the operator are reached.
+
+The rclpy lifecycle node in ros_ws (`robo_rl_ros.policy_node`) and `robo-rl deploy --transport dds` are
+both thin shells over this class: they turn subscriptions, services and keys into its method calls.
+
+Lifecycle (as a ROS 2 lifecycle node's):
+    configure  load the ONNX policy and check its contract against the hardware file (nothing moves)
+    activate   needs fresh state from the robot, then starts the control loop on its own thread
+               (absolute deadlines, not a ROS timer) and ramps to the default pose (RAMP -> READY)
+    deactivate DAMP, a last damping command, loop stopped
+    cleanup    forget the policy
+
+Operator actions (services `~/start` ..., words on the operator topic, keys in the CLI):
+    start        READY -> POLICY: the only way POLICY starts (never on its own once READY)
+    stop         -> DAMP
+    estop        -> ESTOP, latched (the e-stop topic's True)
+    reset_estop  ESTOP -> PASSIVE -> RAMP (POLICY again needs `start`)
+    reset        READY / POLICY: end the episode, run the reset module; DAMP: -> PASSIVE -> RAMP
+    success, failure   operator labels for the operator reward module
+    confirm      confirms an operator-confirmed reset
+
+Inputs: `set_velocity_command` (cmd_vel; zeroed after `cmd_vel_timeout_s` without a new one) and
+`set_target` (target_pose). Outputs through callbacks: episode events (JSON-able), and per POLICY tick the
+observation and the filtered command (recording); `diagnostics()` for /diagnostics.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.policy import PolicyStep
+from robo_rl.deploy.resets import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
+from robo_rl.deploy.rewards import REWARD_MODULES, EpisodeEvent, EpisodeTracker, OperatorLabelReward, make_reward
+from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
+from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, OPERATOR_REQUESTS
+from robo_rl.deploy.session import default_pose, load_for_deploy
+from robo_rl.deploy.state_machine import Mode
+
+RUNTIME_REQUESTS = OPERATOR_REQUESTS + ("success", "failure", "confirm")
+"""Every word `PolicyRuntime.request` understands."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeConfig:
+    """Settings of the policy node (its ROS parameters) and of `robo-rl deploy` on a real transport."""
+
+    policy_path: str
+    """Exported policy (policies/<name>.onnx), found like every asset (path, $ROBO_RL_DATA, checkout, install)."""
+    hardware_config: str
+    """Robot description (hardware/<robot>.yaml): the one source of joint names, limits and gains."""
+    command_interface: str = "forward_position"
+    """How commands reach the robot: forward_position, joint_trajectory or pd_targets (ros_interface)."""
+    dry_run: bool = False
+    """Run everything (state, policy, filter, recording) but send no command to the robot."""
+    cmd_vel_timeout_s: float = 0.5
+    """A velocity command older than this (s) is replaced by zero (stand still)."""
+    diagnostics_period_s: float = 1.0
+    """Period of /diagnostics (s)."""
+    state_wait_s: float = 5.0
+    """activate waits this long (s) for a fresh robot state before it fails."""
+    reset_module: str = "home"
+    """What `reset` runs: home, random or operator (resets.RESET_MODULES)."""
+    rewards: tuple[str, ...] = ()
+    """Reward modules scored every POLICY tick, summed (rewards.REWARD_MODULES); () for none."""
+    end_episode_on_done: bool = True
+    """On the first success or failure, leave POLICY for READY (holding the pose) until `reset` / `start`."""
+    allow_unsafe_hardware: bool = False
+    """Accept hardware safety values outside their safe range (loud warnings; experts only)."""
+
+    def validate(self) -> None:
+        """ValueError (one line) for a bad field."""
+        if self.command_interface not in COMMAND_INTERFACES:
+            raise ValueError(f"command_interface {self.command_interface!r}: allowed values are "
+                             f"{', '.join(COMMAND_INTERFACES)}")
+        for key in ("cmd_vel_timeout_s", "diagnostics_period_s", "state_wait_s"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
+                                                                                      and value > 0):
+                raise ValueError(f"{key} = {value!r}: must be a finite number > 0 (s)")
+        if self.reset_module not in RESET_MODULES:
+            raise ValueError(f"reset_module {self.reset_module!r}: allowed values are {', '.join(RESET_MODULES)}")
+        for name in self.rewards:
+            if name not in REWARD_MODULES:
+                raise ValueError(f"rewards: {name!r} is not a reward module; allowed: {', '.join(REWARD_MODULES)}")
+
+
+class DryRunRobot:
+    """Passes the robot's state through and keeps the commands instead of sending them."""
+
+    def __init__(self, robot: RobotInterface):
+        self.robot = robot
+        self.last_command: JointCommand | None = None
+        self.withheld = 0
+
+    def read_state(self) -> RobotState:
+        return self.robot.read_state()
+
+    def send_command(self, command: JointCommand) -> None:
+        self.last_command = command
+        self.withheld += 1
+
+    def close(self) -> None:
+        self.robot.close()
+
+
+def wait_for_fresh_state(robot: RobotInterface, timeout_s: float, fresh_within_s: float,
+                         clock: Callable[[], float] = time.monotonic) -> RobotState:
+    """Poll `robot.read_state` until a state received within `fresh_within_s` arrives; ValueError after timeout_s."""
+    wait = getattr(robot, "wait_for_state", None)
+    if wait is not None:  # transports that can say what they wait for (topic, domain)
+        return wait(timeout_s, fresh_within_s=fresh_within_s, clock=clock)
+    end = clock() + timeout_s
+    last_error = "no state"
+    while clock() <= end:
+        try:
+            state = robot.read_state()
+            if clock() - state.received <= fresh_within_s:
+                return state
+            last_error = f"newest state is {clock() - state.received:.3g} s old"
+        except Exception as exc:  # a transport may raise until its first message
+            last_error = str(exc)
+        time.sleep(0.01)
+    raise ValueError(f"no fresh robot state within {timeout_s:g} s ({last_error})")
+
+
+@dataclass
+class _Inputs:
+    """Operator inputs with their receive times (guarded by PolicyRuntime's lock)."""
+
+    velocity_received: float | None = None
+    messages: list[str] = field(default_factory=list)
+
+
+class PolicyRuntime:
+    """The policy node's logic over any RobotInterface (see the module docstring).
+
+    Args:
+        config: the node's parameters.
+        on_event: receives every EpisodeEvent (publish on ~/episode_events); control thread: be quick.
+        on_record: receives (observation (O,) or None, filtered command) every POLICY tick (~/observation,
+            ~/action); control thread: be quick.
+        log: receives one line per operator action result and per problem (default: print).
+        clock: monotonic time source (s), shared with the Controller.
+    """
+
+    def __init__(self, config: RuntimeConfig, *, on_event: Callable[[EpisodeEvent], None] | None = None,
+                 on_record: Callable[[np.ndarray | None, JointCommand], None] | None = None,
+                 log: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
+        config.validate()
+        self.config = config
+        self._on_event = on_event
+        self._on_record = on_record
+        self._log = log or (lambda line: print(line, flush=True))
+        self._clock = clock
+        self._lock = threading.Lock()  # operator inputs
+        self._episode_lock = threading.RLock()  # tracker and events: control thread vs operator threads
+        self._inputs = _Inputs()
+        self.hw: HardwareSpec | None = None
+        self.policy: PolicyStep | None = None
+        self.controller: Controller | None = None
+        self.robot: RobotInterface | None = None
+        self.tracker: EpisodeTracker | None = None
+        self.reset_module = None
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.events: list[EpisodeEvent] = []  # the last events, for status and tests (bounded)
+
+    # ------------------------------------------------------------------------------------------- lifecycle
+    @property
+    def configured(self) -> bool:
+        return self.policy is not None
+
+    @property
+    def active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def configure(self, commands: Mapping[str, object] | None = None,
+                  warn: Callable[[str], None] | None = None) -> None:
+        """Load the policy and check its contract against the hardware file (ValueError, one line)."""
+        c = self.config
+        self.hw, self.policy = load_for_deploy(c.policy_path, c.hardware_config, commands=commands,
+                                               allow_unsafe_hardware=c.allow_unsafe_hardware, warn=warn or self._log)
+        self.reset_module = make_reset(c.reset_module, self.hw)
+        self.tracker = EpisodeTracker(make_reward(c.rewards, self.hw), self._emit)
+
+    def activate(self, robot: RobotInterface) -> RobotState:
+        """Wait for fresh state, then run the loop on its own thread and ramp to the default pose.
+
+        Returns the first fresh state. Raises ValueError (not configured, no fresh state in time).
+        """
+        if not self.configured:
+            raise ValueError("activate before configure: no policy loaded")
+        if self.active:
+            raise ValueError("already active")
+        hw = self.hw
+        first = wait_for_fresh_state(robot, self.config.state_wait_s, hw.safety.state_timeout_s, self._clock)
+        self.robot = robot
+        target = DryRunRobot(robot) if self.config.dry_run else robot
+        c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock)
+        c.on_tick = self._on_tick
+        self.controller = c
+        c.request_ramp()
+        self._stop.clear()
+        self._thread = threading.Thread(target=c.run, kwargs={"stop_event": self._stop}, daemon=True,
+                                        name="robo_rl-control")
+        self._thread.start()
+        return first
+
+    def deactivate(self) -> None:
+        """DAMP, stop the loop, send one last damping command (what Ctrl-C does)."""
+        c = self.controller
+        if c is None:
+            return
+        c.stop()
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        c.shutdown()
+        self._thread = None
+
+    def cleanup(self) -> None:
+        """Deactivate if needed and forget the policy."""
+        self.deactivate()
+        self.controller = self.robot = self.policy = self.hw = self.tracker = None
+
+    # ------------------------------------------------------------------------------------------- operator
+    def request(self, word: str) -> tuple[bool, str]:
+        """Carry out one operator word (RUNTIME_REQUESTS); returns (accepted, one line why)."""
+        actions = {"start": self.start, "stop": self.stop, "estop": self.estop, "reset_estop": self.reset_estop,
+                   "reset": self.reset, "success": lambda: self.label("success"),
+                   "failure": lambda: self.label("failure"), "confirm": self.confirm}
+        if word not in actions:
+            return False, f"unknown request {word!r}; allowed: {', '.join(RUNTIME_REQUESTS)}"
+        if self.controller is None:
+            return False, f"{word}: the node is not active"
+        ok, message = actions[word]()
+        self._log(("" if ok else "refused: ") + message)
+        return ok, message
+
+    def start(self) -> tuple[bool, str]:
+        c = self.controller
+        if c.mode is not Mode.READY:
+            return False, f"start in mode {c.mode.name}: only allowed from READY"
+        c.start_policy()
+        with self._episode_lock:
+            self.tracker.start(self._clock())
+        return True, "POLICY started"
+
+    def stop(self) -> tuple[bool, str]:
+        c = self.controller
+        before = c.mode
+        c.stop()
+        self._end_episode("operator_stop")
+        return True, f"{before.name} -> {c.mode.name}"
+
+    def estop(self) -> tuple[bool, str]:
+        """Latch the e-stop (thread-safe, immediate: the next command sent is the damping command)."""
+        self.controller.estop()
+        self._end_episode("estop")
+        return True, "ESTOP latched (reset_estop releases it)"
+
+    def reset_estop(self) -> tuple[bool, str]:
+        c = self.controller
+        if c.mode is not Mode.ESTOP:
+            return False, f"reset_estop in mode {c.mode.name}: only allowed in ESTOP"
+        c.reset()
+        c.request_ramp()
+        return True, "ESTOP released: PASSIVE -> RAMP (start again once READY)"
+
+    def reset(self) -> tuple[bool, str]:
+        """DAMP: -> PASSIVE -> RAMP. READY / POLICY: end the episode and run the reset module (blocking)."""
+        c = self.controller
+        if c.mode is Mode.DAMP:
+            c.reset()
+            c.request_ramp()
+            return True, "DAMP -> PASSIVE -> RAMP"
+        if c.mode not in (Mode.READY, Mode.POLICY):
+            return False, f"reset in mode {c.mode.name}: allowed in READY, POLICY or DAMP"
+        if c.mode is Mode.POLICY:
+            self._end_episode("reset")
+        try:
+            result = run_reset(c, self.reset_module)
+        except (ResetError, ValueError) as exc:
+            return False, str(exc)
+        with self._episode_lock:
+            self.tracker.reset_done(self._clock(), {"module": result.name, "duration_s": result.duration_s,
+                                                    "max_error": result.max_error})
+        return True, f"reset {result.name!r} done in {result.duration_s:.2f} s (max error {result.max_error:.3g} rad)"
+
+    def label(self, outcome: str) -> tuple[bool, str]:
+        modules = [m for m in self.tracker.reward.modules if isinstance(m, OperatorLabelReward)]
+        if not modules:
+            return False, f"{outcome}: no operator reward module (add 'operator' to rewards)"
+        for m in modules:
+            m.label(outcome)
+        return True, f"labelled {outcome}"
+
+    def confirm(self) -> tuple[bool, str]:
+        if not isinstance(self.reset_module, OperatorConfirmedReset):
+            return False, "confirm: the reset module is not operator-confirmed"
+        self.reset_module.confirm()
+        return True, "reset confirmed"
+
+    def set_velocity_command(self, command: np.ndarray, received: float | None = None) -> None:
+        """cmd_vel: (3,) (v_x, v_y, yaw rate); ignored if the policy takes none; zeroed after the timeout."""
+        if self.policy is None or "velocity_command" not in self.policy.commands:
+            return
+        self.policy.set_command("velocity_command", command)
+        with self._lock:
+            self._inputs.velocity_received = self._clock() if received is None else received
+
+    def set_target(self, position: np.ndarray) -> None:
+        """target_pose: (3,) end-effector target in the base frame; ignored if the policy takes none."""
+        if self.policy is None or "target_pos" not in self.policy.commands:
+            return
+        self.policy.set_command("target_pos", position)
+
+    # ------------------------------------------------------------------------------------------- control thread
+    def _emit(self, event: EpisodeEvent) -> None:
+        """Called by the tracker, under the episode lock."""
+        self.events.append(event)
+        del self.events[:-1000]
+        if self._on_event is not None:
+            self._on_event(event)
+
+    def _end_episode(self, why: str) -> None:
+        with self._episode_lock:
+            if self.tracker is not None and self.tracker.active:
+                self.tracker.intervention(why, self._clock(), ends_episode=True)
+
+    def _on_tick(self, now: float, state: RobotState | None, command: JointCommand) -> None:
+        """After every tick (control thread, controller lock held)."""
+        with self._lock:
+            received = self._inputs.velocity_received
+            stale = received is not None and now - received > self.config.cmd_vel_timeout_s
+            if stale:
+                self._inputs.velocity_received = None
+        if stale:
+            self.policy.set_command("velocity_command", np.zeros(3))
+        c = self.controller
+        mode = c.mode
+        if mode is Mode.POLICY and self._on_record is not None:
+            self._on_record(self.policy.last_obs, command)
+        with self._episode_lock:
+            tracker = self.tracker
+            if not tracker.active:
+                return
+            if mode is Mode.POLICY:
+                for what in c.last_interventions:
+                    tracker.intervention(what, now)
+                if state is not None:
+                    result = tracker.step(state, self.policy.commands, now)
+                    if result is not None and result.done and self.config.end_episode_on_done:
+                        c.end_policy()
+            elif mode in (Mode.DAMP, Mode.ESTOP):
+                tracker.intervention(c.state_machine.fault_reason or mode.name.lower(), now, ends_episode=True)
+
+    # ------------------------------------------------------------------------------------------- reporting
+    def diagnostics(self) -> tuple[str, str, dict[str, object]]:
+        """(level "ok" / "warn" / "error", one-line message, key-values) for /diagnostics."""
+        c = self.controller
+        if c is None:
+            return "stale", "inactive", {"mode": "INACTIVE"}
+        s = c.stats()
+        mode = c.mode
+        values: dict[str, object] = {
+            "mode": mode.name,
+            "fault": c.state_machine.fault_reason or "",
+            "last_error": c.last_error or "",
+            "ticks": int(s["ticks"]),
+            "missed_ticks": int(s["missed_ticks"]),
+            "period_p50_ms": round(s["period_p50"] * 1e3, 3),
+            "period_p99_ms": round(s["period_p99"] * 1e3, 3),
+            "period_max_ms": round(s["period_max"] * 1e3, 3),
+            "lateness_p99_ms": round(s["lateness_p99"] * 1e3, 3),
+            "dry_run": self.config.dry_run,
+            "command_interface": self.config.command_interface,
+            "episode": self.tracker.episode if self.tracker else 0,
+            "hook_errors": c.hook_errors,
+        }
+        values.update({f"interventions.{k}": v for k, v in sorted(c.intervention_counts.items())})
+        for key, value in self.policy.commands.items():
+            values[f"command.{key}"] = [round(float(v), 4) for v in value]
+        if mode is Mode.ESTOP:
+            return "error", "ESTOP latched", values
+        if mode is Mode.DAMP:
+            return "warn", f"DAMP ({values['fault'] or 'stop'})", values
+        return "ok", mode.name, values
+
+    def status_line(self) -> str:
+        c = self.controller
+        return "inactive" if c is None else c.status_line()

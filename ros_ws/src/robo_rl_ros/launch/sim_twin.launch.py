@@ -1,0 +1,23 @@
+"""The policy node against the MuJoCo twin node: the whole ROS 2 path with no robot.
+
+    ros2 launch robo_rl_ros sim_twin.launch.py robot:=hardware/panda.yaml policy:=policies/panda_reach.onnx
+
+The twin accepts the same command interface the policy node sends (pd_targets by default). Configure and
+activate /robo_rl_policy, then call /robo_rl_policy/start once READY (test/test_sim_twin_launch.py does).
+"""
+
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument
+from robo_rl_ros.launch_nodes import policy_and_twin_nodes
+
+
+def generate_launch_description() -> LaunchDescription:
+    return LaunchDescription([
+        DeclareLaunchArgument("policy", default_value="policies/panda_reach.onnx", description="exported ONNX policy"),
+        DeclareLaunchArgument("robot", default_value="hardware/panda.yaml", description="robo_rl hardware file"),
+        DeclareLaunchArgument("use_sim", default_value="true", description="start the MuJoCo twin node"),
+        DeclareLaunchArgument("dry_run", default_value="false", description="run everything, send no command"),
+        DeclareLaunchArgument("command_interface", default_value="pd_targets",
+                              description="forward_position, joint_trajectory or pd_targets"),
+        *policy_and_twin_nodes(),
+    ])

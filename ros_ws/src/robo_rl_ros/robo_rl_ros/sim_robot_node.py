@@ -1,0 +1,104 @@
+"""sim_robot_node: the MuJoCo twin as a ROS 2 node, standing in for a robot and its ros2_control controller.
+
+Publishes joint_states (+ imu for legged robots, ee_position for arms, twin/base_twist ground truth for
+legged robots) at `rate_hz` from its own thread on absolute deadlines, and applies the commands a
+ros2_control controller would take on the topic of `command_interface` (forward_position and
+joint_trajectory with the hardware file's gains, pd_targets as sent). Until the first command the
+drivers are passive, like a robot at power-on. Needs mujoco (pip install "robo_rl[train]").
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+
+from robo_rl.assets import find_asset
+from robo_rl.deploy import ros_interface as names
+from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.hardware import load_hardware
+from robo_rl.deploy.transports.sim import SimRobot
+from robo_rl_ros.messages import CLASSES, message_types, qos
+
+PARAMETERS = {"hardware_config": "hardware/go2.yaml", "command_interface": "pd_targets", "rate_hz": 200.0,
+              "physics_dt": 0.0}
+
+
+class SimRobotNode(Node):
+    def __init__(self):
+        super().__init__(names.SIM_ROBOT_NODE)
+        for name, default in PARAMETERS.items():
+            self.declare_parameter(name, default)
+        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        self.hw = load_hardware(find_asset(p["hardware_config"], what="hardware file"))
+        self.interface = rm.check_command_interface(p["command_interface"])
+        sim = self.hw.transport.get("sim") or {}
+        if "model" not in sim:
+            raise ValueError(f"hardware {self.hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
+        self.robot = SimRobot(find_asset(sim["model"], what="sim twin model"), self.hw,
+                              control_dt=1.0 / self.hw.control_rate_hz, keyframe=sim.get("keyframe"), realtime=True,
+                              physics_dt=p["physics_dt"] or None)
+        self.types = message_types()
+        self.period = 1.0 / float(p["rate_hz"])
+        sensor = qos(names.SENSOR_QOS)
+        self._pubs = {"joints": self.create_publisher(CLASSES[names.JOINT_STATE], names.JOINT_STATES.name, sensor)}
+        if self.robot.floating:
+            self._pubs["imu"] = self.create_publisher(CLASSES[names.IMU], names.IMU_TOPIC.name, sensor)
+            self._twist = self.create_publisher(CLASSES[names.TWIST], names.TWIN_BASE_TWIST.name, sensor)
+        else:
+            self._pubs["ee"] = self.create_publisher(CLASSES[names.POINT_STAMPED], names.EE_POSITION.name, sensor)
+            self._twist = None
+        spec = names.COMMAND_TOPICS[self.interface]
+        self.create_subscription(CLASSES[spec.ros_type], spec.name, self._on_command, qos(spec.qos))
+        self.rejected = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._publish_loop, daemon=True)
+        self._thread.start()
+        self.get_logger().info(f"twin of {self.hw.robot}: commands on {spec.name} ({self.interface})")
+
+    def _on_command(self, msg) -> None:
+        try:
+            self.robot.send_command(rm.decode_command(msg, self.interface, self.hw))
+        except ValueError as exc:
+            self.rejected += 1
+            self.get_logger().warning(f"command rejected: {exc}", throttle_duration_sec=1.0)
+
+    def _publish_loop(self) -> None:
+        t0 = time.monotonic()
+        k = 0
+        while not self._stop.is_set():
+            state = self.robot.read_state()
+            for role, msg in rm.twin_state_messages(self.types, state, self.hw).items():
+                if role in self._pubs:
+                    self._pubs[role].publish(msg)
+            if self._twist is not None:
+                lin, ang = self.robot.base_twist()
+                self._twist.publish(rm.twist_message(self.types, lin, ang))
+            k = max(k + 1, int((time.monotonic() - t0) / self.period))
+            self._stop.wait(max(0.0, t0 + k * self.period - time.monotonic()))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        self.robot.close()
+
+
+def main(args=None) -> None:
+    rclpy.init(args=args)
+    node = SimRobotNode()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.close()
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""The DDS transport end to end on loopback: twin server, DdsRobot, e-stop, watchdog, and the two CLI processes.
+
+Every test pins Cyclone DDS to the loopback interface with multicast off (CYCLONEDDS_URI, fixture
+`dds_domain`) and uses its own random domain id.
+"""
+
+import json
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
+
+from robo_rl.deploy import ros_interface as names  # noqa: E402
+from robo_rl.deploy import ros_messages as rm  # noqa: E402
+from robo_rl.deploy.hardware import load_hardware  # noqa: E402
+from robo_rl.deploy.robot import JointCommand  # noqa: E402
+from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig  # noqa: E402
+from robo_rl.deploy.state_machine import Mode  # noqa: E402
+from robo_rl.deploy.transports import dds_types as dt  # noqa: E402
+from robo_rl.deploy.transports import unitree  # noqa: E402
+from robo_rl.deploy.transports.dds import (  # noqa: E402
+    DdsEndpoint,
+    DdsOperatorLink,
+    DdsRobot,
+    DdsSettings,
+    DdsTwinServer,
+)
+from robo_rl.deploy.transports.sim import SimRobot  # noqa: E402
+from tests.conftest import REPO, run_cli  # noqa: E402
+from tests.dds_support import Probe, relaxed_hardware, start_cli, start_twin, stop_process, wait_until  # noqa: E402
+
+PANDA = load_hardware(REPO / "hardware" / "panda.yaml")
+GO2 = load_hardware(REPO / "hardware" / "go2.yaml")
+PD_TOPIC = "rt/pd_targets_controller/commands"
+
+
+def hold(hw, q) -> JointCommand:
+    n = len(hw.joint_names)
+    return JointCommand(hw.joint_names, np.asarray(q, float), np.zeros(n), hw.kp.copy(), hw.kd.copy(), np.zeros(n))
+
+
+@pytest.mark.parametrize("robot", ["panda", "go2"])
+def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_domain):
+    """In one process, two participants: state flows one way, commands the other (ros2 profile for the arm,
+    Unitree's lowstate / lowcmd with CRC for the Go2); a malformed or corrupted command never reaches the twin."""
+    hw = PANDA if robot == "panda" else GO2
+    settings = DdsSettings.from_hardware(hw)
+    assert settings.profile == ("ros2" if robot == "panda" else "unitree")
+    twin = SimRobot(REPO / "envs" / f"{robot}.xml", hw, control_dt=0.02, realtime=True)
+    served, used, bad = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
+    stop = threading.Event()
+    server = DdsTwinServer(twin, hw, settings, served, rate_hz=200)
+    thread = threading.Thread(target=server.serve, args=(stop,))
+    thread.start()
+    try:
+        client = DdsRobot(hw, settings, control_dt=0.02, endpoint=used, needs_ee=robot == "panda")
+        state = client.wait_for_state(5.0, fresh_within_s=0.1)
+        assert state.joint_names == hw.joint_names
+        if robot == "panda":
+            assert state.ee_pos is not None and state.imu_quat is None
+        else:
+            assert state.imu_quat is not None and abs(np.linalg.norm(state.imu_quat) - 1) < 1e-5
+        target = state.q.copy()
+        target[0] += 0.1
+        for _ in range(25):
+            client.send_command(hold(hw, target))
+            time.sleep(0.02)
+        wait_until(lambda: server.commands >= 20, 3.0, "the commands to arrive")
+        # What the twin's motor drivers hold is exactly what was sent (float32 on Unitree's wire).
+        np.testing.assert_allclose(twin.data.ctrl[twin.aid], target, atol=1e-6)
+        np.testing.assert_allclose(twin.model.actuator_gainprm[twin.aid, 0], hw.kp, atol=1e-5)
+        if robot == "panda":
+            wait_until(lambda: abs(client.read_state().q[0] - target[0]) < 0.03, 3.0, "joint1 to follow")
+        applied = server.commands
+        assert applied >= 20 and server.rejected == 0
+        if robot == "panda":  # a pd_targets command of the wrong shape
+            writer = bad.writer(PD_TOPIC, dt.Float64MultiArray, names.COMMAND_QOS)
+            writer.write(rm.multi_array_message(dt.dds_message_types(), np.zeros((5, 3)), ("command", "joints")))
+            why = "pd_targets: shape (5, 3), expected (5, 7)"
+        else:  # a lowcmd whose CRC does not match
+            writer = bad.writer("rt/lowcmd", dt.LowCmd_, names.COMMAND_QOS)
+            msg = unitree.low_cmd_message(hold(hw, target), hw)
+            msg.crc ^= 1
+            writer.write(msg)
+            why = "lowcmd CRC mismatch"
+        wait_until(lambda: server.rejected == 1, 3.0, "the bad command to be rejected")
+        assert why in server.last_error and server.commands == applied
+    finally:
+        stop.set()
+        thread.join()
+        twin.close()
+        if "client" in locals():
+            client.close()
+        for ep in (served, used, bad):
+            ep.close()
+
+
+class Recorder:
+    """Records (time sent, command) of everything the controller sends through the DDS robot."""
+
+    def __init__(self, robot):
+        self.robot = robot
+        self.sent: list[tuple[float, JointCommand]] = []
+
+    def read_state(self):
+        return self.robot.read_state()
+
+    def send_command(self, command):
+        self.sent.append((time.monotonic(), command))
+        self.robot.send_command(command)
+
+    def close(self):
+        self.robot.close()
+
+
+@pytest.fixture
+def dds_deploy(dds_domain, tmp_path):
+    """`robo-rl twin` (panda, pd_targets) in a subprocess and the policy runtime in this process over DDS."""
+    hardware = relaxed_hardware(tmp_path, "panda")
+    config = RuntimeConfig(policy_path=str(REPO / "policies" / "panda_reach.onnx"), hardware_config=hardware,
+                           command_interface="pd_targets", state_wait_s=30.0)
+    runtime = PolicyRuntime(config, log=lambda line: None)
+    runtime.configure()
+    settings = DdsSettings.from_hardware(runtime.hw, command_interface="pd_targets")
+    twin = start_twin(hardware, dds_domain, "--rate", "200", log=tmp_path / "twin.log")
+    endpoint = DdsEndpoint(dds_domain)
+    robot = DdsRobot(runtime.hw, settings, control_dt=0.02, endpoint=endpoint, needs_ee=True)
+    link = DdsOperatorLink(endpoint, settings, runtime)
+    recorder = Recorder(robot)
+    probe = Probe(dds_domain, {PD_TOPIC: dt.Float64MultiArray})
+    try:
+        runtime.activate(recorder)
+        wait_until(lambda: runtime.controller.mode is Mode.READY, 10.0, "READY")
+        yield runtime, robot, recorder, probe, link, twin
+    finally:
+        runtime.cleanup()
+        robot.close()
+        probe.close()
+        endpoint.close()
+        stop_process(twin)
+
+
+def _is_damping(cmd: JointCommand, hw) -> bool:
+    return bool((cmd.kp == 0).all() and np.allclose(cmd.kd, hw.safety.damping_kd))
+
+
+def test_estop_over_dds_damps_at_once_and_no_policy_command_follows(dds_deploy):
+    runtime, robot, recorder, probe, link, _ = dds_deploy
+    c, hw = runtime.controller, runtime.hw
+    runtime.start()
+    wait_until(lambda: len(probe.heard[PD_TOPIC]) > 50 and c.mode is Mode.POLICY, 5.0, "policy commands on the wire")
+    probe.estop()  # std_msgs/Bool True on rt/estop, from another participant
+    wait_until(lambda: c.mode is Mode.ESTOP, 2.0, "ESTOP")
+    t_estop = next(t.time for t in reversed(c.state_machine.transitions) if t.mode is Mode.ESTOP)
+    time.sleep(0.3)
+    after = [cmd for t, cmd in recorder.sent if t >= t_estop]
+    before = [cmd for t, cmd in recorder.sent if t < t_estop]
+    assert after and _is_damping(after[0], hw)  # the next command sent is the damping command ...
+    assert all(_is_damping(cmd, hw) for cmd in after)  # ... and no policy command follows
+    assert before and (before[-1].kp > 0).all()  # POLICY ran until then
+    # The same on the wire: once damping appears there, no command with stiffness follows.
+    wire = [rm.decode_command(msg, "pd_targets", hw) for _, msg in probe.heard[PD_TOPIC]]
+    first = next(i for i, cmd in enumerate(wire) if (cmd.kp == 0).all())
+    assert first > 0 and all((cmd.kp == 0).all() for cmd in wire[first:])
+    assert runtime.request("start")[0] is False  # latched
+
+
+def test_twin_that_stops_publishing_damps_within_state_timeout(dds_deploy):
+    runtime, robot, recorder, probe, link, twin = dds_deploy
+    c, hw = runtime.controller, runtime.hw
+    runtime.start()
+    wait_until(lambda: c.mode is Mode.POLICY and len(recorder.sent) > 60, 5.0, "POLICY")
+    twin.send_signal(signal.SIGKILL)  # the robot side goes silent at once
+    twin.wait()
+    wait_until(lambda: c.mode is Mode.DAMP, 2.0, "DAMP")
+    last_state = robot.state.latest().received  # arrival of the last state the twin sent
+    t_damp = next(t.time for t in reversed(c.state_machine.transitions) if t.mode is Mode.DAMP)
+    assert c.state_machine.fault_reason == "stale_state"
+    timeout = hw.safety.state_timeout_s
+    # The first tick after the timeout: at most one period later, plus how late that tick started on a
+    # loaded machine (the loop's own measured lateness).
+    bound = timeout + c.period + c.stats()["lateness_max"] + 0.001
+    assert timeout < t_damp - last_state <= bound, (t_damp - last_state, timeout, bound)
+
+
+def test_operator_topic_and_diagnostics(dds_deploy):
+    runtime, robot, recorder, probe, link, _ = dds_deploy
+    level, message, values = runtime.diagnostics()
+    link.publish_diagnostics(time.time(), level, message, values)
+    probe2 = Probe(probe.endpoint.domain_id, {"rt/diagnostics": dt.DiagnosticArray})
+    try:
+        wait_until(probe2.matched, 5.0, "the operator topic to be matched")
+        time.sleep(0.3)
+        link.publish_diagnostics(time.time(), level, message, values)
+        wait_until(lambda: probe2.mode() == "READY", 3.0, "mode READY on /diagnostics")
+        probe2.operator("start")
+        words = wait_until(link.requests, 3.0, "the operator word to arrive")
+        assert words == ["start"]
+    finally:
+        probe2.close()
+
+
+# ---------------------------------------------------------------------------------------------- two processes
+def _deploy_and_start(domain: int, policy: str, robot: str, tmp_path, *extra: str, via: str = "topic"):
+    """Start `robo-rl deploy --transport dds`, wait for READY on /diagnostics, then the operator's `start`:
+    published on rt/robo_rl/operator (via="topic") or typed on the command's stdin (via="stdin")."""
+    probe = Probe(domain, {"rt/diagnostics": dt.DiagnosticArray,
+                           **({"rt/ee_position": dt.PointStamped} if robot == "panda" else {}),
+                           **({"rt/twin/base_twist": dt.Twist} if robot == "go2" else {})})
+    deploy = start_cli("deploy", "--policy", f"policies/{policy}.onnx", "--robot", relaxed_hardware(tmp_path, robot),
+                       "--transport", "dds", "--domain-id", str(domain), *extra, log=tmp_path / "deploy.log",
+                       stdin=subprocess.PIPE)
+    try:
+        wait_until(lambda: probe.mode() == "READY" or deploy.poll() is not None, 60.0, "the deploy side to be READY")
+        assert deploy.poll() is None, (tmp_path / "deploy.log").read_text()
+        time.sleep(1.0)
+        assert probe.mode() == "READY"  # READY stays READY: POLICY waits for the operator
+        if via == "topic":
+            wait_until(probe.matched, 5.0, "the operator topic")
+            probe.operator("start")
+        else:
+            deploy.stdin.write("start\n")
+            deploy.stdin.flush()
+        wait_until(lambda: probe.mode() == "POLICY", 5.0, "POLICY after `start`")
+    except BaseException:  # never leave the deploy process behind
+        stop_process(deploy)
+        probe.close()
+        raise
+    return deploy, probe
+
+
+def _finish(deploy, twin, tmp_path) -> str:
+    deploy.send_signal(signal.SIGINT)
+    assert deploy.wait(timeout=30) == 0, (tmp_path / "deploy.log").read_text()
+    stop_process(twin)
+    log = (tmp_path / "deploy.log").read_text()
+    assert "stopped in DAMP" in log and "Traceback" not in log, log
+    return log
+
+
+@pytest.mark.slow
+def test_panda_reach_over_dds_between_two_processes(dds_domain, tmp_path):
+    """`robo-rl deploy --transport dds` against `robo-rl twin`: targets sent on target_pose are reached as in sim."""
+    twin = start_twin(relaxed_hardware(tmp_path, "panda"), dds_domain, log=tmp_path / "twin.log")
+    deploy = probe = None
+    try:
+        deploy, probe = _deploy_and_start(dds_domain, "panda_reach", "panda", tmp_path)
+        trained = json.loads((REPO / "policies" / "panda_reach.json").read_text())["extra"]["train_eval"]
+        rng = np.random.default_rng(0)
+        distances = []
+        for _ in range(4):
+            target = rng.uniform([0.35, -0.25, 0.15], [0.65, 0.25, 0.55])
+            probe.target(*target)
+            time.sleep(3.0)  # the training episode length
+            distances.append(np.linalg.norm(rm.read_point(probe.latest("rt/ee_position")) - target))
+        deployed = float(np.mean(distances))
+        print(f"panda reach over DDS: {deployed:.4f} m (trained {trained['ee_distance_final']:.4f} m)")
+        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.01, distances
+        _finish(deploy, twin, tmp_path)
+    finally:
+        for p in (deploy, twin):
+            if p is not None:
+                stop_process(p)
+        if probe is not None:
+            probe.close()
+
+
+@pytest.mark.slow
+def test_go2_walk_over_dds_between_two_processes(dds_domain, tmp_path):
+    """The Go2 over Unitree's lowstate / lowcmd (no ROS), velocity commands on cmd_vel, tracked as in sim."""
+    twin = start_twin(relaxed_hardware(tmp_path, "go2"), dds_domain, log=tmp_path / "twin.log")
+    deploy = probe = None
+    try:
+        deploy, probe = _deploy_and_start(dds_domain, "go2_walk", "go2", tmp_path, via="stdin")
+        trained = json.loads((REPO / "policies" / "go2_walk.json").read_text())["extra"]["train_eval"]
+        errors = []
+        for command in ((0.6, 0.0, 0.0), (0.3, -0.2, 0.4)):
+            start = time.monotonic()
+            while time.monotonic() - start < 6.0:
+                probe.cmd_vel(*command)  # 10 Hz: cmd_vel older than 0.5 s would be zeroed
+                time.sleep(0.1)
+                twist = probe.latest("rt/twin/base_twist")
+                if time.monotonic() - start > 1.0:  # after the change of command
+                    errors.append(np.hypot(command[0] - twist.linear.x, command[1] - twist.linear.y))
+        deployed = float(np.mean(errors))
+        print(f"go2 walk over DDS: {deployed:.4f} m/s (trained {trained['lin_vel_error']:.4f} m/s)")
+        assert deployed < trained["lin_vel_error"] + 0.1, deployed
+        _finish(deploy, twin, tmp_path)
+    finally:
+        for p in (deploy, twin):
+            if p is not None:
+                stop_process(p)
+        if probe is not None:
+            probe.close()
+
+
+def test_cli_refuses_bad_dds_input(dds_domain):
+    bad = run_cli("twin", "--robot", "hardware/panda.yaml", "--transport", "sim", timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == "robo-rl: --transport 'sim': the twin is served over dds only"
+    bad = run_cli("deploy", "--policy", "policies/panda_reach.onnx", "--robot", "hardware/panda.yaml",
+                  "--transport", "dds", "--domain-id", "999", timeout=60)
+    assert bad.returncode == 2 and "domain_id 999: must be an integer in [0, 232]" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    bad = run_cli("deploy", "--policy", "policies/panda_reach.onnx", "--robot", "hardware/panda.yaml", "--dry-run",
+                  timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == "robo-rl: --dry-run: only with --transport dds (got --transport sim)"
+
+
+def test_deploy_without_a_robot_fails_with_one_line(dds_domain, tmp_path):
+    proc = start_cli("deploy", "--policy", "policies/panda_reach.onnx", "--robot", "hardware/panda.yaml",
+                     "--transport", "dds", "--domain-id", str(dds_domain), log=tmp_path / "log")
+    try:
+        assert proc.wait(timeout=60) == 2
+    finally:
+        stop_process(proc)
+    log = (tmp_path / "log").read_text()
+    assert "robo-rl: no fresh robot state on rt/joint_states (DDS domain" in log and "Traceback" not in log
+
+
+def test_closing_deletes_the_participant_and_its_threads(dds_domain):
+    """Close must really delete DDS entities (cyclonedds skips the delete of entities freed in a reference
+    cycle, which would leave the participant's threads running in a long-lived node)."""
+    import gc
+    import os
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    gc.collect()
+    before = threads()
+    runtime = PolicyRuntime(RuntimeConfig(policy_path=str(REPO / "policies" / "go2_walk.onnx"),
+                                          hardware_config=str(REPO / "hardware" / "go2.yaml")), log=lambda line: None)
+    for hw in (GO2, PANDA):
+        settings = DdsSettings.from_hardware(hw)
+        endpoint = DdsEndpoint(dds_domain)
+        robot = DdsRobot(hw, settings, control_dt=0.02, endpoint=endpoint, needs_ee=True)
+        link = DdsOperatorLink(endpoint, settings, runtime)
+        server = DdsTwinServer(robot, hw, settings, endpoint)
+        assert threads() > before
+        robot.close()
+        endpoint.close()
+        del robot, link, server, endpoint
+        gc.collect()
+        wait_until(lambda: threads() <= before, 5.0, "the DDS threads to end")

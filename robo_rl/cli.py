@@ -155,7 +155,8 @@ def _train_config(args: argparse.Namespace) -> _Start:
         task_config_class(args.task)  # unknown names fail here, listing the valid ones
         raw["task"] = args.task
     cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
-    name = cfg.runner.run_name or f"{cfg.task}_{time.strftime('%Y%m%d_%H%M%S')}"
+    # `gym:Hopper-v5` -> `gym_Hopper-v5_<date>_<time>`: a colon in a path confuses scp, rsync and TensorBoard specs
+    name = cfg.runner.run_name or f"{cfg.task.replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
     run_dir = Path(cfg.runner.log_dir) / name
     if (run_dir / "config.yaml").exists():
         raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
@@ -466,7 +467,8 @@ def cmd_tasks(_: argparse.Namespace) -> int:
         for line in task_summary(env):
             print(f"  {line}")
         env.close()
-    print("gym:<id>\n  any gymnasium environment id through the gymnasium adapter (e.g. gym:Hopper-v5)")
+    print("gym:<id>\n  any gymnasium env with Box observations and actions, e.g. gym:Hopper-v5 "
+          "(ids: python -c 'import gymnasium; gymnasium.pprint_registry()')")
     return 0
 
 

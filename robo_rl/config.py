@@ -111,6 +111,11 @@ class PPOConfig:
     """Clip the value update like the policy update."""
     normalize_advantage: bool = True
     """Normalise advantages over the whole batch once per iteration (as RSL-RL does by default)."""
+    normalize_reward: bool = False
+    """Divide the rewards PPO learns from by a running std of each world's discounted return (reset at
+    episode ends) and clip them to +-10, as SB3's VecNormalize(norm_reward=True) does; it keeps value
+    targets O(1) for tasks whose returns reach hundreds (gymnasium's MuJoCo envs). Env rewards, logged
+    returns and evaluations stay unscaled."""
 
 
 @dataclass(frozen=True, kw_only=True)

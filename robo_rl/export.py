@@ -169,11 +169,12 @@ def export_policy(
     ckpt_path, state, cfg = load_trained(run_or_checkpoint)
     env = build_env(cfg, num_envs=parity_envs, seed=cfg.seed + 777)
     try:
+        contract = env.contract  # first: a task without a contract (gym:<id>) is refused before any rollout
         policy = load_policy(state, cfg, env)
         obs = record_observations(env, policy, parity_steps)  # (B, O)
         # one deterministic episode per world: the task metric in training, recorded in the contract
         evaluation = run_episodes(env, policy.act_inference) if evaluate else None
-        contract = env.contract.with_run(
+        contract = contract.with_run(
             run_id=ckpt_path.parent.name,
             config_hash=state["config_hash"],
             obs_normalization=cfg.policy.obs_normalization,

@@ -19,6 +19,7 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=)[\d.]+ (PASS|FAIL
         ("bench_sim.py", ["--quick", "--tasks", "arm-reach"], 2),
         ("bench_ppo.py", ["--quick"], 2),  # update time and learning
         ("bench_render.py", ["--quick", "--variants"], 1),
+        ("bench_gym_reference.py", ["--quick"], 1),  # our PPO on Hopper-v5 vs RL Zoo
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):

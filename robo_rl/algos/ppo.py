@@ -5,6 +5,8 @@ Clipped surrogate, clipped value loss, GAE with exact time-out bootstrapping fro
 and critic separately, empirical observation normalisation and an asymmetric critic. The action
 std is learned as σ or as log σ (`PolicyConfig.noise_std_type`). Besides the losses, `update`
 reports the usual PPO diagnostics: clip fraction, approximate KL and explained variance.
+Optionally (`PPOConfig.normalize_reward`, off by default) rewards are scaled by a running std of
+the discounted return, as SB3's VecNormalize does for MuJoCo benchmarks.
 
 Less work per sample than RSL-RL: observations are normalised once when collected (not again in
 every epoch), the Gaussian is evaluated in closed form without `torch.distributions`, and the
@@ -18,9 +20,14 @@ from torch import Tensor
 
 from robo_rl.config import PPOConfig
 from robo_rl.networks.actor_critic import ActorCritic, gaussian_entropy, gaussian_kl, gaussian_log_prob
+from robo_rl.networks.normalizer import EmpiricalNormalization
 from robo_rl.storage import RolloutStorage, compute_gae
 
 LR_MIN, LR_MAX = 1e-5, 1e-2
+REWARD_CLIP = 10.0
+"""Scaled rewards are clipped to +-this (`PPOConfig.normalize_reward`; SB3 VecNormalize's clip_reward)."""
+RETURN_STD_EPS = 1e-8
+"""Added to the running return std before dividing by it."""
 
 
 def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
@@ -30,6 +37,21 @@ def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
     if 0.0 < kl < 0.5 * desired_kl:
         return min(LR_MAX, lr * 1.5)
     return lr
+
+
+def scale_rewards(
+    rewards: Tensor, discounted_return: Tensor, dones: Tensor, normalizer: EmpiricalNormalization, gamma: float
+) -> Tensor:
+    """Rewards (N,) divided by the running std of the discounted return, clipped to +-REWARD_CLIP.
+
+    Updates in place the per-world discounted return (N,) (zeroed where `dones`, after use) and the
+    normalizer's running statistics of it.
+    """
+    discounted_return.mul_(gamma).add_(rewards)
+    normalizer.update(discounted_return[:, None])  # (N, 1)
+    scaled = rewards / (normalizer.var.sqrt() + RETURN_STD_EPS)  # (N,)
+    discounted_return.masked_fill_(dones, 0.0)
+    return scaled.clamp(-REWARD_CLIP, REWARD_CLIP)
 
 
 def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, clip: float) -> Tensor:
@@ -98,6 +120,9 @@ class PPO:
         action_dim = policy.action_dim
         self.storage = RolloutStorage(cfg.num_steps_per_env, num_envs, obs_dim, critic_dim, action_dim)
         self.old_std = policy.action_std().detach().clone()  # (A,) std used for the current rollout
+        # cfg.normalize_reward: running std of each world's discounted return (N,)
+        self.return_normalizer = EmpiricalNormalization(1, eps=0.0) if cfg.normalize_reward else None
+        self.discounted_return = torch.zeros(num_envs)
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -126,7 +151,12 @@ class PPO:
     ) -> None:
         """Record the outcome of the last `act`; time-outs bootstrap from V(final observation)."""
         s, t = self.storage, self.storage.step
-        rewards = rewards.clone()
+        if self.return_normalizer is not None:
+            rewards = scale_rewards(
+                rewards, self.discounted_return, terminated | truncated, self.return_normalizer, self.cfg.gamma
+            )
+        else:
+            rewards = rewards.clone()
         if truncated.any():
             ids = truncated.nonzero().squeeze(-1)
             rewards[ids] += self.cfg.gamma * self.policy.value(final_critic_obs[ids])
@@ -208,15 +238,22 @@ class PPO:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        return {
+        out = {
             "policy": self.policy.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "learning_rate": self.learning_rate,
             "generator": self.generator.get_state(),
         }
+        if self.return_normalizer is not None:
+            out["return_normalizer"] = self.return_normalizer.state_dict()
+            out["discounted_return"] = self.discounted_return.clone()
+        return out
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.learning_rate = float(state["learning_rate"])
         self.generator.set_state(state["generator"])
+        if self.return_normalizer is not None:
+            self.return_normalizer.load_state_dict(state["return_normalizer"])
+            self.discounted_return.copy_(state["discounted_return"])

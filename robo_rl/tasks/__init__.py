@@ -1,10 +1,15 @@
-"""Task registry: an explicit dict of task name -> (env class, config class)."""
+"""Task registry: an explicit dict of task name -> (env class, config class), plus `gym:<id>` names.
+
+A name `gym:<id>` (e.g. `gym:Hopper-v5`) is any registered gymnasium environment, run through
+`robo_rl.sim.gymnasium_adapter` (gymnasium itself is imported only when such a name is used).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from robo_rl.config import ConfigError
+from robo_rl.sim.gymnasium_adapter import GYM_PREFIX, gym_task_entry
 from robo_rl.tasks.arm_pick_place import (
     ArmPickPlaceConfig,
     ArmPickPlaceEnv,
@@ -23,19 +28,24 @@ TASKS: dict[str, tuple[type[TaskEnv], type]] = {
 }
 
 
-def task_entry(name: str) -> tuple[type[TaskEnv], type]:
-    """(env class, config class) of a registered task; ConfigError listing the valid names otherwise."""
+def task_entry(name: str) -> tuple[type, type]:
+    """(env class, config class) of a registered task or of `gym:<id>`; one-line ConfigError otherwise."""
+    if name.startswith(GYM_PREFIX):
+        return gym_task_entry(name[len(GYM_PREFIX) :])
     if name not in TASKS:
-        raise ConfigError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}")
+        raise ConfigError(
+            f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}, or {GYM_PREFIX}<id> for a gymnasium environment"
+        )
     return TASKS[name]
 
 
 def task_config_class(name: str) -> type:
+    """The config dataclass of task `name` (ConfigError for an unknown name)."""
     return task_entry(name)[1]
 
 
 def make_env(name: str, num_envs: int, *, cfg: Any = None, seed: int = 0, num_threads: int = 0,
-             backend: str = "mujoco_cpu") -> TaskEnv:
+             backend: str = "mujoco_cpu") -> Any:
     """Build a registered task with its default config (or `cfg`)."""
     env_cls, cfg_cls = task_entry(name)
     cfg = cfg if cfg is not None else cfg_cls()

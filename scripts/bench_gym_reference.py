@@ -1,0 +1,116 @@
+"""Our PPO on gymnasium's Hopper-v5, beside stable-baselines3 RL Zoo's published PPO result at 1 M steps.
+
+Trains with the preset sim_configs/gym-hopper.yaml (RL Zoo's Hopper PPO hyper-parameters) through
+our `OnPolicyRunner` and the gymnasium adapter (`gym:Hopper-v5`), for `--steps` env steps (rounded up
+to whole iterations), then evaluates the deterministic policy on `--eval-episodes` fresh episodes
+(the mean action, observation normaliser frozen, raw env rewards) and compares its mean return with
+RL Zoo's 2410 (PPO, Hopper, 1 M steps; shared/REFERENCES.md). It prints the wall-clock time and ends with
+
+    TARGET ppo_hopper_vs_rl_zoo measured=<our return / 2410> goal=>=0.9 PASS|FAIL
+
+and exits 0 either way.
+
+    PYTHONPATH=. python scripts/bench_gym_reference.py                 # 1 M steps (~20 min on 2 cores)
+    PYTHONPATH=. python scripts/bench_gym_reference.py --steps 200000 --seed 1
+    PYTHONPATH=. python scripts/bench_gym_reference.py --quick         # 2 iterations: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from robo_rl.sim import set_training_process_defaults  # noqa: E402
+
+set_training_process_defaults()  # before torch is imported, as the CLI does
+
+from robo_rl.config import TrainConfig, load_yaml, resolve_train_config  # noqa: E402
+from robo_rl.logger import TrainLogger  # noqa: E402
+from robo_rl.runner import OnPolicyRunner  # noqa: E402
+from robo_rl.tasks import task_config_class  # noqa: E402
+
+RL_ZOO_PPO_HOPPER_1M = 2410.0
+"""SB3 RL Zoo's PPO on Hopper at 1 M steps (shared/REFERENCES.md)."""
+GOAL = 0.9
+"""Our evaluation return must reach this fraction of RL Zoo's."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--steps", type=int, default=1_000_000, help="env steps to train (rounded up to whole iterations)")
+    p.add_argument("--config", default=str(REPO / "sim_configs" / "gym-hopper.yaml"), help="YAML preset")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-episodes", type=int, default=10, help="deterministic evaluation episodes")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override, e.g. algo.learning_rate=3e-4 (repeatable)")
+    p.add_argument("--run-dir", default=None, help="keep the run (checkpoints, TensorBoard) here; default: a temp dir")
+    p.add_argument("--quick", action="store_true", help="2 iterations and 2 evaluation episodes (a smoke run)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.eval_episodes = 2
+    return args
+
+
+def bench_config(args: argparse.Namespace, run_dir: Path) -> TrainConfig:
+    """The preset with `--set` overrides, the seed and enough iterations for `--steps` env steps."""
+    raw = load_yaml(args.config)
+    base = resolve_train_config(raw, [*args.overrides, f"seed={args.seed}"], env_config_cls=task_config_class)
+    per_iteration = base.algo.num_steps_per_env * base.sim.num_envs
+    iterations = 2 if args.quick else max(1, math.ceil(args.steps / per_iteration))
+    runner = [f"runner.max_iterations={iterations}", "runner.eval_episodes=0", f"runner.save_interval={iterations}",
+              f"runner.log_dir={run_dir.parent}", f"runner.run_name={run_dir.name}"]
+    return resolve_train_config(raw, [*args.overrides, f"seed={args.seed}", *runner], env_config_cls=task_config_class)
+
+
+def run(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
+    """Train and evaluate; returns (evaluation, training wall time in s, env steps trained)."""
+    cfg = bench_config(args, run_dir)
+    a, p = cfg.algo, cfg.policy
+    steps = cfg.runner.max_iterations * a.num_steps_per_env * cfg.sim.num_envs
+    print(f"PPO on {cfg.task}: {cfg.sim.num_envs} env(s) x {a.num_steps_per_env} steps x "
+          f"{cfg.runner.max_iterations} iterations = {steps:,} env steps, seed {cfg.seed}; "
+          f"{a.num_learning_epochs} epochs x {a.num_mini_batches} minibatches, lr {a.learning_rate:g} ({a.schedule}), "
+          f"gamma {a.gamma}, lambda {a.lam}, reward normalisation {a.normalize_reward}; "
+          f"actor {list(p.actor_hidden_dims)} critic {list(p.critic_hidden_dims)} {p.activation}, "
+          f"init std {p.init_noise_std:.4f} ({p.noise_std_type})", flush=True)
+    runner = OnPolicyRunner(cfg, run_dir)
+    logger = TrainLogger(run_dir, cfg.runner.max_iterations, print_progress=True)
+    try:
+        t0 = time.perf_counter()
+        runner.learn(logger)
+        wall = time.perf_counter() - t0
+        evaluation = runner.evaluate(args.eval_episodes)
+    finally:
+        logger.close()
+        runner.close()
+    return evaluation, wall, steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench_gym_") as tmp:
+        run_dir = Path(args.run_dir) if args.run_dir else Path(tmp) / "hopper"
+        evaluation, wall, steps = run(args, run_dir)
+    ours = evaluation["mean_return"]
+    ratio = ours / RL_ZOO_PPO_HOPPER_1M
+    print()
+    print(f"{'':34s}{'robo_rl PPO':>14s}{'RL Zoo PPO':>14s}")
+    print(f"{'Hopper-v5 evaluation return':34s}{ours:14.1f}{RL_ZOO_PPO_HOPPER_1M:14.1f}")
+    print(f"{'env steps':34s}{steps:14,d}{1_000_000:14,d}")
+    print(f"evaluation: {evaluation['episodes']} deterministic episodes, mean length "
+          f"{evaluation['metrics'].get('length', float('nan')):.0f} steps; "
+          f"training wall-clock {wall:.0f} s ({wall / 60:.1f} min, {steps / wall:,.0f} env steps/s)")
+    verdict = "PASS" if ratio >= GOAL else "FAIL"
+    print(f"TARGET ppo_hopper_vs_rl_zoo measured={ratio:.3f} goal=>={GOAL} {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -86,3 +86,22 @@ def test_readme_deploy_command_runs(args):
     result = run_cli(*cut, "--duration", "2", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "stopped in DAMP" in result.stdout
+
+
+TRAIN = [args for args in ROBO_RL if args[0] == "train"]
+
+
+@pytest.mark.parametrize("args", TRAIN, ids=[" ".join(a)[:60] for a in TRAIN])
+def test_readme_train_command_resolves_its_config(args, tmp_path):
+    """Every README training command's config (preset, flags, --set overrides) builds and validates."""
+    from robo_rl.cli import _train_config
+
+    parsed = _parser().parse_args([*args, "--set", f"runner.log_dir={tmp_path}"])
+    if parsed.resume:
+        return
+    start = _train_config(parsed)
+    from robo_rl.builders import build_env
+
+    env = build_env(start.cfg, num_envs=1)  # task-level checks too (observation term names, pushes)
+    assert env.num_envs == 1
+    env.close()

@@ -9,9 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
+from robo_rl.algos import EnvSpec, algorithm_configs, algorithm_entry
+from robo_rl.algos.base import Algorithm
 from robo_rl.checkpoint import load_run_checkpoint, resolve_checkpoint
 from robo_rl.config import TrainConfig, resolve_train_config
-from robo_rl.networks.actor_critic import ActorCritic
 from robo_rl.tasks import task_config_class, task_entry
 from robo_rl.tasks.base import TaskEnv
 
@@ -28,14 +32,37 @@ def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = 
     )
 
 
-def build_policy(cfg: TrainConfig, env: TaskEnv) -> ActorCritic:
-    """A freshly initialised actor-critic sized for `env`'s observation groups and actions."""
-    return ActorCritic(env.obs_dims["policy"], env.obs_dims["critic"], env.action_dim, cfg.policy)
+def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
+    """Sizes and action clip of a VecEnv (its `obs_dims`, `action_dim` and `action_clip`)."""
+    dims = env.obs_dims
+    return EnvSpec(
+        num_envs=env.num_envs,
+        obs_dim=dims["policy"],
+        critic_obs_dim=dims.get("critic", dims["policy"]),
+        action_dim=env.action_dim,
+        action_clip=env.action_clip,
+        device=torch.device(device),
+    )
+
+
+def build_policy(cfg: TrainConfig, env: TaskEnv) -> nn.Module:
+    """The algorithm's freshly initialised policy module, sized for `env` (an ActorCritic for PPO)."""
+    return algorithm_entry(cfg.algo_name).build_policy(cfg.policy, env_spec(env, cfg.device))
+
+
+def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Algorithm:
+    """The registered algorithm `cfg.algo_name`, training `policy` on `env`."""
+    return algorithm_entry(cfg.algo_name).build(cfg.algo, policy, env_spec(env, cfg.device), generator)
+
+
+def resolve_config(raw: dict[str, Any], overrides: list[str] = ()) -> TrainConfig:
+    """`resolve_train_config` with the task and algorithm registries."""
+    return resolve_train_config(raw, overrides, env_config_cls=task_config_class, algo_configs=algorithm_configs)
 
 
 def config_from_checkpoint(state: dict[str, Any]) -> TrainConfig:
     """Rebuild the TrainConfig stored in a checkpoint."""
-    return resolve_train_config(dict(state["config"]), env_config_cls=task_config_class)
+    return resolve_config(dict(state["config"]))
 
 
 def load_trained(run_or_checkpoint: str | Path) -> tuple[Path, dict[str, Any], TrainConfig]:
@@ -49,8 +76,8 @@ def load_trained(run_or_checkpoint: str | Path) -> tuple[Path, dict[str, Any], T
     return path, state, config_from_checkpoint(state)
 
 
-def load_policy(state: dict[str, Any], cfg: TrainConfig, env: TaskEnv) -> ActorCritic:
-    """The checkpoint's actor-critic in eval mode, built for `env`."""
+def load_policy(state: dict[str, Any], cfg: TrainConfig, env: TaskEnv) -> nn.Module:
+    """The checkpoint's policy module in eval mode, built for `env` (no optimiser or replay buffer)."""
     policy = build_policy(cfg, env)
     policy.load_state_dict(state["algo"]["policy"])
     return policy.eval()

@@ -20,7 +20,7 @@ from robo_rl.config import ConfigError, UserError
 
 LOCK_FILE = ".lock"
 CHECKPOINT_KEYS = ("iteration", "train_time", "config", "config_hash", "algo", "env", "episode_return")
-"""Top-level keys of a training checkpoint (see `OnPolicyRunner.save`)."""
+"""Top-level keys of a training checkpoint (see `Runner.save`; off-policy runs add `replay`)."""
 
 
 class RunInUse(UserError):

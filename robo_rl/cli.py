@@ -30,7 +30,6 @@ from robo_rl.config import (
     ConfigError,
     UserError,
     load_yaml,
-    resolve_train_config,
     resume_changes,
 )
 
@@ -49,8 +48,9 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a policy")
     t.add_argument("--task", help="task name (see `robo-rl tasks`)")
-    t.add_argument("--algo", help="learning algorithm (ppo)")
-    t.add_argument("--config", help="YAML preset (default: sim_configs/<task>.yaml when it exists)")
+    t.add_argument("--algo", help="learning algorithm: ppo (default), sac, or one added with register_algorithm")
+    t.add_argument("--config", help="YAML preset (default: sim_configs/<task>.yaml, or <task>-<algo>.yaml with "
+                                    "--algo other than ppo, when it exists)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set algo.learning_rate=3e-4 (repeatable)")
     t.add_argument("--num-envs", type=int, help="parallel worlds (sim.num_envs)")
@@ -138,8 +138,14 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
+def _preset_name(task: str, algo: str | None) -> str:
+    """The default preset of a task: `<task>.yaml` for PPO (the default algorithm), else `<task>-<algo>.yaml`."""
+    return f"{task}.yaml" if algo in (None, "ppo") else f"{task}-{algo}.yaml"
+
+
 def _train_config(args: argparse.Namespace) -> _Start:
     """Resolve and validate everything before anything heavy starts or anything is written."""
+    from robo_rl.builders import resolve_config
     from robo_rl.tasks import task_config_class
 
     overrides = _overrides(args)
@@ -147,14 +153,14 @@ def _train_config(args: argparse.Namespace) -> _Start:
         return _resume_config(args, overrides)
     if args.config:
         raw = load_yaml(args.config)
-    elif args.task and (preset := find_data_file("sim_configs", f"{args.task}.yaml")) is not None:
+    elif args.task and (preset := find_data_file("sim_configs", _preset_name(args.task, args.algo))) is not None:
         raw = load_yaml(preset)
     else:
         raw = {}
     if args.task:
         task_config_class(args.task)  # unknown names fail here, listing the valid ones
         raw["task"] = args.task
-    cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
+    cfg = resolve_config(raw, overrides)
     # `gym:Hopper-v5` -> `gym_Hopper-v5_<date>_<time>`: a colon in a path confuses scp, rsync and TensorBoard specs
     name = cfg.runner.run_name or f"{cfg.task.replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
     run_dir = Path(cfg.runner.log_dir) / name
@@ -167,10 +173,9 @@ def _train_config(args: argparse.Namespace) -> _Start:
 
 def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
     """The config of a resumed run: its own config plus overrides of `RESUMABLE_FIELDS` only."""
-    from robo_rl.builders import config_from_checkpoint
+    from robo_rl.builders import config_from_checkpoint, resolve_config
     from robo_rl.checkpoint import latest_checkpoint, load_run_checkpoint
     from robo_rl.config import RESUMABLE_FIELDS
-    from robo_rl.tasks import task_config_class
 
     run_dir = _find_run_dir(args.resume)
     if args.config:
@@ -178,11 +183,11 @@ def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
     raw = load_yaml(run_dir / "config.yaml")
     if args.task and args.task != raw.get("task"):
         raise UserError(f"--task {args.task} does not match the resumed run's task {raw.get('task')}")
-    cfg = resolve_train_config(raw, overrides, env_config_cls=task_config_class)
+    cfg = resolve_config(raw, overrides)
     ckpt = latest_checkpoint(run_dir)
     state = load_run_checkpoint(ckpt) if ckpt else None
     # The checkpoint's config is what its tensors were trained under; without one, the run's config.yaml.
-    trained = config_from_checkpoint(state) if state else resolve_train_config(raw, env_config_cls=task_config_class)
+    trained = config_from_checkpoint(state) if state else resolve_config(raw)
     changed = resume_changes(trained, cfg)
     if changed:
         allowed = ", ".join(f.removeprefix("runner.") for f in RESUMABLE_FIELDS)
@@ -230,12 +235,12 @@ def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
 def cmd_train(args: argparse.Namespace) -> int:
     start = _train_config(args)
     from robo_rl.checkpoint import RunLock
-    from robo_rl.runner import OnPolicyRunner, write_config
+    from robo_rl.runner import make_runner, write_config
 
     # A live run is refused before anything is built; a failed resume leaves its folder as it was.
     lock = RunLock(start.run_dir) if start.resuming else None
     try:
-        runner = OnPolicyRunner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
+        runner = make_runner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
         try:
             first = runner.resume(start.state) if start.state is not None else 0
             if start.resuming:
@@ -258,6 +263,8 @@ def _train(start: _Start, runner: Any, first: int) -> int:
     cfg, run_dir = start.cfg, start.run_dir
     if start.resuming:
         print(f"resuming {run_dir} at iteration {first}", flush=True)
+        for note in runner.resume_notes:
+            print(f"note: {note}", flush=True)
     print(
         f"training {cfg.task} with {cfg.algo_name}: {cfg.sim.num_envs} worlds, "
         f"{cfg.runner.max_iterations} iterations, run dir {run_dir}",

@@ -158,8 +158,9 @@ class TrainConfig:
 
     task: str
     """Registered task name (`robo-rl tasks` lists them)."""
-    algo_name: str = _f("ppo", choices=("ppo",))
-    """Learning algorithm."""
+    algo_name: str = "ppo"
+    """Learning algorithm: a name in the algorithm registry (`robo_rl.algos.ALGORITHMS`: ppo, sac, and any
+    added with `register_algorithm`); it decides the types of `algo` and `policy`."""
     seed: int = _f(0, ge=0, le=MAX_SEED)
     """Seed for torch, numpy and the environments."""
     device: str = _f("cpu", choices=("cpu",), note="GPU training is not implemented yet")
@@ -167,8 +168,10 @@ class TrainConfig:
     sim: SimConfig = field(default_factory=SimConfig)
     env: Any = None
     """The task's own config dataclass (see the task module)."""
-    algo: PPOConfig = field(default_factory=PPOConfig)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    algo: Any = field(default_factory=PPOConfig)
+    """The algorithm's own config dataclass (PPOConfig for ppo; see the algorithm module)."""
+    policy: Any = field(default_factory=PolicyConfig)
+    """The config dataclass of the networks the algorithm trains (PolicyConfig for ppo)."""
     runner: RunnerConfig = field(default_factory=RunnerConfig)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,7 +183,16 @@ class TrainConfig:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-ALGO_CONFIGS: dict[str, type] = {"ppo": PPOConfig}
+def builtin_algo_configs(name: str) -> tuple[type, type]:
+    """(algo config class, policy config class) for `ppo`, the one algorithm known without the registry.
+
+    `resolve_train_config` uses it when no registry lookup is passed (the registry, `robo_rl.algos`,
+    imports torch; this module must not).
+    """
+    if name != "ppo":
+        raise ConfigError(f"config error: algo_name = {name!r}: allowed values are ppo "
+                          "(pass algo_configs=robo_rl.algos.algorithm_configs for the registered ones)")
+    return PPOConfig, PolicyConfig
 
 MAX_HIDDEN_WIDTH = 65536
 """Widest hidden layer accepted (a typo like 1000000 would exhaust memory, not train)."""
@@ -199,9 +211,12 @@ RESUMABLE_FIELDS = (
 
 
 def check_train_config(cfg: TrainConfig) -> None:
-    """Constraints that span sections; ConfigError naming the field otherwise."""
+    """Constraints that span sections; ConfigError naming the field otherwise.
+
+    An algorithm config adds its own by defining `check_sections(cfg)` (called last).
+    """
     for name in ("actor_hidden_dims", "critic_hidden_dims"):
-        for i, width in enumerate(getattr(cfg.policy, name)):
+        for i, width in enumerate(getattr(cfg.policy, name, ())):
             if not 1 <= width <= MAX_HIDDEN_WIDTH:
                 raise ConfigError(
                     f"config error: policy.{name}[{i}] = {width!r}: hidden widths must be 1 .. {MAX_HIDDEN_WIDTH}"
@@ -214,6 +229,9 @@ def check_train_config(cfg: TrainConfig) -> None:
                 f"config error: algo.num_mini_batches = {algo.num_mini_batches}: must be <= the batch size "
                 f"algo.num_steps_per_env * sim.num_envs = {algo.num_steps_per_env} * {cfg.sim.num_envs} = {batch}"
             )
+    check_sections = getattr(algo, "check_sections", None)
+    if callable(check_sections):
+        check_sections(cfg)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -440,7 +458,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def resolve_train_config(
-    raw: dict[str, Any], overrides: list[str] = (), env_config_cls: typing.Callable[[str], type] | None = None
+    raw: dict[str, Any],
+    overrides: list[str] = (),
+    env_config_cls: typing.Callable[[str], type] | None = None,
+    algo_configs: typing.Callable[[str], tuple[type, type]] | None = None,
 ) -> TrainConfig:
     """Merge a raw mapping with `key=value` overrides and build a validated TrainConfig.
 
@@ -448,6 +469,8 @@ def resolve_train_config(
         raw: mapping as loaded from YAML (may be empty).
         overrides: `section.field=value` strings applied in order.
         env_config_cls: maps a task name to its config dataclass (raises ConfigError for unknown names).
+        algo_configs: maps `algo_name` to its (algo config, policy config) dataclasses, raising ConfigError
+            for unknown names; `robo_rl.algos.algorithm_configs` for the registry. Default: ppo only.
     """
     tree = json.loads(json.dumps(raw))  # deep copy of plain data
     for text in overrides:
@@ -457,10 +480,13 @@ def resolve_train_config(
         raise ConfigError("config error: task is not set; pass --task NAME (see `robo-rl tasks`)")
     env_raw = tree.pop("env", None)
     algo_raw = tree.pop("algo", None)
+    policy_raw = tree.pop("policy", None)
     cfg = build(TrainConfig, tree)
     env_cls = env_config_cls(cfg.task) if env_config_cls else None
     env = build(env_cls, env_raw, "env") if env_cls else env_raw
-    algo = build(ALGO_CONFIGS[cfg.algo_name], algo_raw, "algo")
-    cfg = dataclasses.replace(cfg, env=env, algo=algo)
+    algo_cls, policy_cls = (algo_configs or builtin_algo_configs)(cfg.algo_name)
+    algo = build(algo_cls, algo_raw, "algo")
+    policy = build(policy_cls, policy_raw, "policy")
+    cfg = dataclasses.replace(cfg, env=env, algo=algo, policy=policy)
     check_train_config(cfg)
     return cfg

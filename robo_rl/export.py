@@ -1,7 +1,8 @@
 """Export a trained policy to a self-describing ONNX file.
 
-The graph holds the observation normaliser, the actor and the action post-processing
-(clip, and the stateless joint-space action terms):
+The graph holds the observation normaliser, the algorithm's deterministic actor (`inference_policy()`:
+PPO's Gaussian mean, SAC's bound * tanh(mean)) and the action post-processing (clip, and the
+stateless joint-space action terms):
 
     inputs:  obs            (B, O) float32, terms in contract order
     outputs: actions        (B, A) float32, the clipped policy action (what `last_action` observes)
@@ -35,7 +36,6 @@ from robo_rl.builders import build_env, load_policy, load_trained
 from robo_rl.checkpoint import atomic_write, check_output_file
 from robo_rl.contract import DeployContract
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES
-from robo_rl.networks.actor_critic import ActorCritic
 
 OPSET = 18
 PARITY_TOLERANCE = 1e-5
@@ -46,12 +46,19 @@ STATELESS_KINDS = ("joint_position_offset", "joint_position")
 
 
 class ExportedPolicy(nn.Module):
-    """Normaliser + actor + action post-processing, as one graph."""
+    """Normaliser + actor + action post-processing, as one graph.
 
-    def __init__(self, policy: ActorCritic, contract: DeployContract):
+    Args:
+        policy: a trained policy module; its `inference_policy()` gives (deterministic actor, normaliser):
+            the Gaussian mean MLP for PPO, bound * tanh(mean) for SAC.
+        contract: the deploy contract (default pose, action scale and clip).
+    """
+
+    def __init__(self, policy: nn.Module, contract: DeployContract):
         super().__init__()
-        self.normalizer = copy.deepcopy(policy.obs_normalizer)
-        self.actor = copy.deepcopy(policy.actor)
+        actor, normalizer = policy.inference_policy()
+        self.normalizer = copy.deepcopy(normalizer)
+        self.actor = copy.deepcopy(actor)
         self.clip = float(contract.action.clip) if contract.action.clip is not None else None
         index = {n: i for i, n in enumerate(contract.joint_names)}
         default = torch.tensor(contract.default_joint_pos, dtype=torch.float32)  # (J,)
@@ -136,7 +143,7 @@ def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
     return max(errors)
 
 
-def record_observations(env: Any, policy: ActorCritic, steps: int) -> Tensor:
+def record_observations(env: Any, policy: nn.Module, steps: int) -> Tensor:
     """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
     from robo_rl.evaluate import rollout
 
@@ -177,7 +184,7 @@ def export_policy(
         contract = contract.with_run(
             run_id=ckpt_path.parent.name,
             config_hash=state["config_hash"],
-            obs_normalization=cfg.policy.obs_normalization,
+            obs_normalization=not isinstance(policy.inference_policy()[1], nn.Identity),
         )
     finally:
         env.close()

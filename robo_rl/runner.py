@@ -1,9 +1,14 @@
-"""The on-policy training loop: rollout, update, log, checkpoint, evaluation video, resume.
+"""The training loops: on-policy (rollout, update) and off-policy (step, update, replay), sharing the rest.
+
+`Runner` owns what both loops share: building env and algorithm through the registry, the
+iteration loop's logging, checkpoints, evaluation videos and evaluation, resume, and the NaN guard.
+`OnPolicyRunner` (PPO) and `OffPolicyRunner` (SAC) only fill in one iteration; `make_runner` picks
+the one the algorithm's registry entry asks for.
 
 NaN guard: after every env step the observations and rewards are checked (one `isfinite` reduction
-each), after every update the loss statistics and the policy's parameters and normaliser buffers.
-The first non-finite value raises `TrainingDiverged` before anything else is logged or saved, so
-the newest checkpoint on disk is the last good one.
+each), after every iteration's updates the loss statistics and the policy's parameters and
+normaliser buffers. The first non-finite value raises `TrainingDiverged` before anything else is
+logged or saved, so the newest checkpoint on disk is the last good one.
 """
 
 from __future__ import annotations
@@ -17,12 +22,13 @@ from typing import Any
 import torch
 import yaml
 
-from robo_rl.algos.ppo import PPO
-from robo_rl.builders import build_env, build_policy
+from robo_rl.algos import algorithm_entry
+from robo_rl.builders import build_algorithm, build_env, build_policy
 from robo_rl.checkpoint import (
     atomic_write,
     checkpoint_name,
     latest_checkpoint,
+    load_checkpoint,
     load_run_checkpoint,
     save_checkpoint,
 )
@@ -49,6 +55,11 @@ class TrainingDiverged(RuntimeError):
         self.last_checkpoint = last_checkpoint
 
 
+def critic_group(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The critic's observations (N, O_c): the "critic" group, or "policy" for an env without one."""
+    return obs["critic"] if "critic" in obs else obs["policy"]
+
+
 def _count_bad(x: torch.Tensor) -> str:
     """`"3 of 64 worlds"`: rows of (N, ...) holding a non-finite value."""
     bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(-1)  # (N,)
@@ -60,14 +71,16 @@ def non_finite_step(
 ) -> str:
     """"" when observations, reward and pre-reset observations are finite, else what is not (for the message).
 
-    Without observation noise and history the "policy" group is a view of "critic", so checking
-    "critic" covers both; otherwise the policy group is checked too.
+    Without observation noise and history the "policy" group is a view of "critic" (TaskEnv), so
+    checking "critic" covers both; otherwise, or for an env without a critic group, the policy group
+    is checked too.
     """
-    parts = {"reward": reward, "observation": obs["critic"]}  # reward (N,), observation (N, O_c)
-    if obs["policy"]._base is not obs["critic"]:
+    critic = critic_group(obs)
+    parts = {"reward": reward, "observation": critic}  # reward (N,), observation (N, O_c)
+    if obs["policy"] is not critic and obs["policy"]._base is not critic:
         parts["policy observation"] = obs["policy"]
-    if final_obs is not None and final_obs["critic"] is not obs["critic"]:  # only after resets
-        parts["observation before reset"] = final_obs["critic"]
+    if final_obs is not None and critic_group(final_obs) is not critic:  # only after resets
+        parts["observation before reset"] = critic_group(final_obs)
     for name, x in parts.items():
         if x is not None and not torch.isfinite(x).all():
             return f"{name} in {_count_bad(x)}"
@@ -91,8 +104,9 @@ def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     atomic_write(Path(run_dir) / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text))
 
 
-class OnPolicyRunner:
-    """Trains `cfg.task` with PPO; everything needed to resume lives in the checkpoints.
+class Runner:
+    """Trains `cfg.task` with the registered algorithm `cfg.algo_name`; everything needed to resume lives in
+    the run folder. Subclasses implement `_iteration` (one iteration's collection and updates).
 
     Args:
         cfg: resolved training config.
@@ -105,29 +119,38 @@ class OnPolicyRunner:
         torch.manual_seed(cfg.seed)  # network initialisation
         self.env = build_env(cfg)
         self.policy = build_policy(cfg, self.env)
-        self.algo = PPO(cfg.algo, self.policy, self.env.num_envs, torch.Generator().manual_seed(cfg.seed + 1))
+        self.algo = build_algorithm(cfg, self.env, self.policy, torch.Generator().manual_seed(cfg.seed + 1))
         self.iteration = 0
         self.obs = self.env.reset()
         self.episode_return = torch.zeros(self.env.num_envs)
         self.recent_returns: deque[float] = deque(maxlen=200)
         self.train_time = 0.0
+        self.resume_notes: list[str] = []
+        """What a resume could not restore (printed by the CLI)."""
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path:
         path = self.run_dir / checkpoint_name(self.iteration)
-        save_checkpoint(
-            path,
-            {
-                "iteration": self.iteration,
-                "train_time": self.train_time,
-                "config": self.cfg.to_dict(),
-                "config_hash": self.cfg.hash(),
-                "algo": self.algo.state_dict(),
-                "env": self.env.state_dict(),
-                "episode_return": self.episode_return,
-            },
-        )
+        payload = {
+            "iteration": self.iteration,
+            "train_time": self.train_time,
+            "config": self.cfg.to_dict(),
+            "config_hash": self.cfg.hash(),
+            "algo": self.algo.state_dict(),
+            "env": self.env.state_dict(),
+            "episode_return": self.episode_return,
+        }
+        payload.update(self._save_extras())
+        save_checkpoint(path, payload)
+        self._after_save(payload)
         return path
+
+    def _save_extras(self) -> dict[str, Any]:
+        """More checkpoint entries, written (with any side files) before the checkpoint itself."""
+        return {}
+
+    def _after_save(self, payload: dict[str, Any]) -> None:
+        """Called once the checkpoint holding `payload` is on disk."""
 
     def resume(self, state: dict[str, Any] | None = None) -> int:
         """Restore a checkpoint (default: the run directory's latest); returns its iteration (0 if none).
@@ -145,34 +168,24 @@ class OnPolicyRunner:
         self.episode_return.copy_(state["episode_return"])
         self.iteration = int(state["iteration"])
         self.train_time = float(state["train_time"])
+        self._resume_extras(state)
         self.obs = self.env.get_observations()
         return self.iteration
+
+    def _resume_extras(self, state: dict[str, Any]) -> None:
+        """Restore what `_save_extras` added."""
 
     # ------------------------------------------------------------------ training
     def learn(self, logger: TrainLogger | None = None) -> dict[str, float]:
         """Run until `runner.max_iterations` or `runner.max_time_s`; returns the last logged scalars."""
-        cfg, env, algo = self.cfg.runner, self.env, self.algo
+        cfg, env = self.cfg.runner, self.env
         steps = self.cfg.algo.num_steps_per_env
         last: dict[str, float] = {}
         if self.iteration < cfg.max_iterations and (bad := non_finite_step(self.obs)):
             raise self._diverged(bad)
         while self.iteration < cfg.max_iterations:
             t0 = time.perf_counter()
-            episode_logs: dict[str, list[float]] = {}
-            obs = self.obs
-            for _ in range(steps):
-                actions = algo.act(obs["policy"], obs["critic"])
-                obs, reward, terminated, truncated, info = env.step(actions)
-                if bad := non_finite_step(obs, reward, info["final_obs"]):
-                    raise self._diverged(bad)
-                algo.process_env_step(reward, terminated, truncated, info["final_obs"]["critic"])
-                self._track_returns(reward, terminated | truncated)
-                for k, v in info["log"].items():
-                    episode_logs.setdefault(k, []).append(float(v))
-            algo.compute_returns(obs["critic"])
-            self.obs = obs
-            t1 = time.perf_counter()
-            stats = algo.update()
+            stats, episode_logs, collect_s = self._iteration()
             if bad := non_finite_update(stats, self.policy):
                 raise self._diverged(bad)
             t2 = time.perf_counter()
@@ -182,8 +195,8 @@ class OnPolicyRunner:
             last = {f"Loss/{k}": v for k, v in stats.items()}
             last.update({k: sum(v) / len(v) for k, v in episode_logs.items()})
             last["Perf/steps_per_s"] = steps * env.num_envs / (t2 - t0)
-            last["Perf/collect_s"] = t1 - t0
-            last["Perf/update_s"] = t2 - t1
+            last["Perf/collect_s"] = collect_s
+            last["Perf/update_s"] = t2 - t0 - collect_s
             if self.recent_returns:
                 last["Train/mean_return"] = sum(self.recent_returns) / len(self.recent_returns)
             out_of_time = cfg.max_time_s > 0 and self.train_time >= cfg.max_time_s
@@ -199,6 +212,20 @@ class OnPolicyRunner:
             if out_of_time:
                 break
         return last
+
+    def _iteration(self) -> tuple[dict[str, float], dict[str, list[float]], float]:
+        """One iteration: (loss statistics, per-step episode logs by key, seconds spent collecting)."""
+        raise NotImplementedError
+
+    def _env_step(self, actions: torch.Tensor, episode_logs: dict[str, list[float]]) -> tuple:
+        """Step the env, run the NaN guard, track returns and episode logs; returns what `env.step` returns."""
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        if bad := non_finite_step(obs, reward, info["final_obs"]):
+            raise self._diverged(bad)
+        self._track_returns(reward, terminated | truncated)
+        for k, v in info["log"].items():
+            episode_logs.setdefault(k, []).append(float(v))
+        return obs, reward, terminated, truncated, info
 
     def _diverged(self, source: str) -> TrainingDiverged:
         return TrainingDiverged(self.iteration + 1, source, latest_checkpoint(self.run_dir))
@@ -240,3 +267,94 @@ class OnPolicyRunner:
     def close(self) -> None:
         self.env.close()
 
+
+class OnPolicyRunner(Runner):
+    """Rollouts of `algo.num_steps_per_env` steps, then one update (PPO)."""
+
+    def _iteration(self) -> tuple[dict[str, float], dict[str, list[float]], float]:
+        algo = self.algo
+        t0 = time.perf_counter()
+        episode_logs: dict[str, list[float]] = {}
+        obs = self.obs
+        for _ in range(self.cfg.algo.num_steps_per_env):
+            actions = algo.act(obs["policy"], critic_group(obs))
+            obs, reward, terminated, truncated, info = self._env_step(actions, episode_logs)
+            algo.process_env_step(reward, terminated, truncated, critic_group(info["final_obs"]))
+        algo.compute_returns(critic_group(obs))
+        self.obs = obs
+        collect_s = time.perf_counter() - t0
+        return algo.update(), episode_logs, collect_s
+
+
+REPLAY_PREFIX = "replay_"
+"""Replay buffer files beside the checkpoints: `replay_<iteration>.pt`, only the newest checkpoint's kept."""
+
+
+class OffPolicyRunner(Runner):
+    """`algo.num_steps_per_env` env steps per iteration, each followed by the algorithm's gradient steps (SAC).
+
+    The replay buffer is saved beside each checkpoint as `replay_<iteration>.pt` (written before the
+    checkpoint that names it; older ones are deleted after it), unless `algo.save_replay` is off or
+    the buffer exceeds `algo.save_replay_max_mb`. A resume without one refills the buffer from empty.
+
+    Args:
+        cfg: resolved training config.
+        run_dir: run directory.
+        demos: in-memory demonstration arrays for `algo.demo_ratio` (see `robo_rl.replay.load_demo_arrays`).
+    """
+
+    def __init__(self, cfg: TrainConfig, run_dir: str | Path, demos: dict[str, Any] | None = None):
+        super().__init__(cfg, run_dir)
+        if demos is not None:
+            self.algo.load_demos(demos)
+        self.algo.check_ready_to_train()
+
+    def _iteration(self) -> tuple[dict[str, float], dict[str, list[float]], float]:
+        algo = self.algo
+        episode_logs: dict[str, list[float]] = {}
+        sums: dict[str, float] = {}
+        counts: dict[str, int] = {}
+        collect_s = 0.0
+        obs = self.obs
+        for _ in range(self.cfg.algo.num_steps_per_env):
+            t0 = time.perf_counter()
+            actions = algo.act(obs["policy"], critic_group(obs))
+            obs, reward, terminated, truncated, info = self._env_step(actions, episode_logs)
+            final = info["final_obs"]
+            algo.process_env_step(reward, terminated, truncated, final["policy"], critic_group(final))
+            collect_s += time.perf_counter() - t0
+            for k, v in algo.update().items():
+                sums[k] = sums.get(k, 0.0) + v
+                counts[k] = counts.get(k, 0) + 1
+        self.obs = obs
+        return {k: v / counts[k] for k, v in sums.items()}, episode_logs, collect_s
+
+    def _save_extras(self) -> dict[str, Any]:
+        cfg = self.cfg.algo
+        name = None
+        if cfg.save_replay and self.algo.replay_nbytes() <= cfg.save_replay_max_mb * 2**20:
+            name = f"{REPLAY_PREFIX}{self.iteration:06d}.pt"
+            save_checkpoint(self.run_dir / name, self.algo.replay_state_dict())
+        return {"replay": name}
+
+    def _after_save(self, payload: dict[str, Any]) -> None:
+        for path in self.run_dir.glob(f"{REPLAY_PREFIX}*.pt"):
+            if path.name != payload["replay"]:
+                path.unlink(missing_ok=True)
+
+    def _resume_extras(self, state: dict[str, Any]) -> None:
+        name = state.get("replay")
+        if name and (self.run_dir / name).is_file():
+            self.algo.load_replay_state_dict(load_checkpoint(self.run_dir / name))
+            return
+        why = "was not saved (algo.save_replay, algo.save_replay_max_mb)" if not name else f"file {name} is missing"
+        self.resume_notes.append(
+            f"the replay buffer {why}: it refills from empty and learning waits "
+            f"{self.cfg.algo.learning_starts} env steps; networks, optimisers and RNG states are restored"
+        )
+
+
+def make_runner(cfg: TrainConfig, run_dir: str | Path, **kwargs: Any) -> Runner:
+    """The runner the registered algorithm needs: `OffPolicyRunner` (which takes `demos=`) or `OnPolicyRunner`."""
+    cls = OffPolicyRunner if algorithm_entry(cfg.algo_name).off_policy else OnPolicyRunner
+    return cls(cfg, run_dir, **kwargs)

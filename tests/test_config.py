@@ -1,11 +1,13 @@
 import pytest
 
+from robo_rl.algos import ALGORITHMS, algorithm_configs
 from robo_rl.config import ConfigError, PPOConfig, build, resolve_train_config
 from robo_rl.tasks import task_config_class
 
 
 def resolve(overrides, raw=None):
-    return resolve_train_config(raw or {"task": "arm-reach"}, overrides, env_config_cls=task_config_class)
+    return resolve_train_config(raw or {"task": "arm-reach"}, overrides, env_config_cls=task_config_class,
+                                algo_configs=algorithm_configs)
 
 
 def test_defaults_and_overrides():
@@ -66,26 +68,33 @@ def test_cli_user_errors_are_one_line(cli, args, fragment):
     assert fragment in result.stderr
 
 
+def _is_float(tp):
+    import typing
+
+    return tp is float or typing.get_args(tp)[:1] == (float,)
+
+
 def _float_fields():
-    """(dotted path, field) of every float or tuple-of-float field in the train and task configs."""
+    """(task, algorithm, dotted path) of every float or tuple-of-float field in the train, algorithm, policy and
+    task configs (every registered algorithm's on arm-reach)."""
     import dataclasses
     import typing
 
     from robo_rl.config import RunnerConfig, SimConfig, TrainConfig
     from robo_rl.tasks import TASKS
 
-    sections = [("", TrainConfig), ("sim", SimConfig), ("algo", PPOConfig), ("runner", RunnerConfig)]
-    sections += [("policy", typing.get_type_hints(TrainConfig)["policy"])]
     out = []
-    for prefix, cls in sections:
-        for name, tp in typing.get_type_hints(cls).items():
-            if tp is float or typing.get_args(tp)[:1] == (float,):
-                out.append(("arm-reach", f"{prefix}.{name}".lstrip(".")))
+    for prefix, cls in [("", TrainConfig), ("sim", SimConfig), ("runner", RunnerConfig)]:
+        out += [("arm-reach", "ppo", f"{prefix}.{n}".lstrip(".")) for n, tp in typing.get_type_hints(cls).items()
+                if _is_float(tp)]
+    for algo, entry in ALGORITHMS.items():
+        for prefix, cls in [("algo", entry.config_cls), ("policy", entry.policy_config_cls)]:
+            out += [("arm-reach", algo, f"{prefix}.{n}") for n, tp in typing.get_type_hints(cls).items()
+                    if _is_float(tp)]
     for task, (_env, cfg_cls) in TASKS.items():
         for f in dataclasses.fields(cfg_cls):
-            tp = typing.get_type_hints(cfg_cls)[f.name]
-            if tp is float or typing.get_args(tp)[:1] == (float,):
-                out.append((task, f"env.{f.name}"))
+            if _is_float(typing.get_type_hints(cfg_cls)[f.name]):
+                out.append((task, "ppo", f"env.{f.name}"))
     return out
 
 
@@ -93,20 +102,22 @@ FLOAT_FIELDS = _float_fields()
 
 
 def test_float_fields_are_found():
-    paths = {p for _, p in FLOAT_FIELDS}
+    paths = {p for _, _, p in FLOAT_FIELDS}
     assert {"algo.entropy_coef", "policy.init_noise_std", "env.target_low", "env.lin_vel_x"} <= paths
+    assert {"algo.tau", "algo.init_alpha", "policy.action_bound", "policy.v_min"} <= paths  # SAC's
 
 
 @pytest.mark.parametrize("bad", [".nan", ".inf", "-.inf", "nan", "inf"])
-@pytest.mark.parametrize("task, path", FLOAT_FIELDS)
-def test_every_float_field_refuses_non_finite_values(task, path, bad):
-    current = resolve([], raw={"task": task}).to_dict()
+@pytest.mark.parametrize("task, algo, path", FLOAT_FIELDS)
+def test_every_float_field_refuses_non_finite_values(task, algo, path, bad):
+    raw = {"task": task, "algo_name": algo}
+    current = resolve([], raw=raw).to_dict()
     node = current
     for key in path.split("."):
         node = node[key]
     value = f"[{bad}{', 0.5' * (len(node) - 1)}]" if isinstance(node, list) else bad
     with pytest.raises(ConfigError, match="must be a finite number") as err:
-        resolve([f"{path}={value}"], raw={"task": task})
+        resolve([f"{path}={value}"], raw=raw)
     assert path in str(err.value)
 
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robo_rl.config import PPOConfig
+from robo_rl.algos.base import AlgorithmEntry, EnvSpec
+from robo_rl.config import PolicyConfig, PPOConfig
 from robo_rl.networks.actor_critic import ActorCritic, gaussian_entropy, gaussian_kl, gaussian_log_prob
 from robo_rl.networks.normalizer import EmpiricalNormalization
 from robo_rl.storage import RolloutStorage, compute_gae
@@ -236,6 +237,10 @@ class PPO:
         out["action_std"] = policy.action_std().mean().item()
         return out
 
+    def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """(Gaussian mean MLP, observation normaliser): what export turns into ONNX."""
+        return self.policy.inference_policy()
+
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         out = {
@@ -257,3 +262,18 @@ class PPO:
         if self.return_normalizer is not None:
             self.return_normalizer.load_state_dict(state["return_normalizer"])
             self.discounted_return.copy_(state["discounted_return"])
+
+
+def build_policy(cfg: PolicyConfig, spec: EnvSpec) -> ActorCritic:
+    """A freshly initialised actor-critic sized for the env."""
+    return ActorCritic(spec.obs_dim, spec.critic_obs_dim, spec.action_dim, cfg)
+
+
+def build(cfg: PPOConfig, policy: ActorCritic, spec: EnvSpec, generator: torch.Generator) -> PPO:
+    return PPO(cfg, policy, spec.num_envs, generator)
+
+
+ENTRY = AlgorithmEntry(
+    config_cls=PPOConfig, policy_config_cls=PolicyConfig, off_policy=False, build_policy=build_policy, build=build
+)
+"""The registry entry (robo_rl.algos.ALGORITHMS["ppo"])."""

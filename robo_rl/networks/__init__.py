@@ -1,1 +1,1 @@
-"""Torch modules: actor-critic MLPs and the observation normaliser."""
+"""Torch modules: Gaussian actor-critic, squashed Gaussian actor and Q ensemble (SAC), observation normaliser."""

@@ -97,6 +97,10 @@ class ActorCritic(nn.Module):
         """Deterministic action (the mean) for raw observations (N, O) -> (N, A)."""
         return self.actor(self.obs_normalizer(obs))
 
+    def inference_policy(self) -> tuple[nn.Module, nn.Module]:
+        """(actor mean MLP, observation normaliser): `act_inference` is actor(normaliser(obs))."""
+        return self.actor, self.obs_normalizer
+
     def value(self, critic_obs: Tensor) -> Tensor:
         """V(s) for raw critic observations (N, O_c) -> (N,)."""
         return self.critic(self.critic_obs_normalizer(critic_obs)).squeeze(-1)

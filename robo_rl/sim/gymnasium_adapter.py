@@ -294,5 +294,8 @@ class GymnasiumVecEnv:
         except gymnasium.error.DependencyNotInstalled as exc:
             raise UserError(f"task {self.task!r} cannot render: {exc}") from None
 
+    action_clip = 1.0
+    """Policy actions are clipped to [-1, 1] before they are mapped onto the env's Box."""
+
     def close(self) -> None:
         self.envs.close()

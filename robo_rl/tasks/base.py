@@ -399,6 +399,11 @@ class TaskEnv:
         return {}
 
     @property
+    def action_clip(self) -> float:
+        """Raw actions are clipped to +-this before the action terms see them (the contract's action.clip)."""
+        return self.cfg.action_clip
+
+    @property
     def contract(self) -> DeployContract:
         raise NotImplementedError
 

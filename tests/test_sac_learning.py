@@ -1,0 +1,88 @@
+"""SAC learns arm-reach with few worlds, and its exported policy closes the loop on the sim twin through the
+deploy core with the task metric it reached in simulation (marked slow: one ~2-minute training, shared)."""
+
+import numpy as np
+import pytest
+
+from robo_rl.builders import resolve_config
+from robo_rl.config import load_yaml
+from robo_rl.runner import OffPolicyRunner, make_runner
+from tests.conftest import REPO
+from tests.test_deploy_closed_loop import ramp_to_policy, run_ticks
+from tests.test_learning import Recorder, mean_of
+
+ITERATIONS = 300
+"""2,400 env steps of the preset's 64 worlds and 4,800 gradient steps (the preset itself runs 600)."""
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("sac") / "run"
+    raw = load_yaml(REPO / "sim_configs" / "arm-reach-sac.yaml")
+    cfg = resolve_config(raw, [f"runner.max_iterations={ITERATIONS}", "runner.save_interval=1000"])
+    runner = make_runner(cfg, run_dir)
+    assert isinstance(runner, OffPolicyRunner)
+    rec = Recorder()
+    try:
+        runner.learn(rec)
+        evaluation = runner.evaluate(32)
+    finally:
+        runner.close()
+    return run_dir, rec.history, evaluation
+
+
+@pytest.mark.slow
+def test_sac_learns_to_reach(trained):
+    _, history, evaluation = trained
+    first = mean_of(history, "Metrics/ee_distance_final", lambda h: h[:10])
+    last = mean_of(history, "Metrics/ee_distance_final", lambda h: h[-20:])
+    early_return = mean_of(history, "Train/mean_return", lambda h: h[10:20])
+    late_return = mean_of(history, "Train/mean_return", lambda h: h[-10:])
+    print(f"SAC arm-reach: training distance {first:.3f} -> {last:.3f} m, return {early_return:.3f} -> "
+          f"{late_return:.3f}, evaluation {evaluation}")
+    assert first > 0.25  # random actions end far from the targets
+    assert last < 0.15 and late_return > early_return + 0.5  # measured: -0.99 -> -0.21
+    # measured here with seed 0: 0.080 m (the deterministic policy; PPO's quick start reaches < 1 cm with
+    # 1,000x the samples)
+    assert evaluation["metrics"]["ee_distance_final"] < 0.12, evaluation
+
+
+def twin_hardware(tmp_path, velocity_factor):
+    """hardware/panda.yaml with its velocity limits scaled: the training model has none, and a SAC policy
+    trained this briefly starts each reach at up to ~9 rad/s (4x the Panda's 2.2 rad/s), which the deploy
+    core's overspeed guard stops, as it should on the robot. Everything else is the real file."""
+    import yaml
+
+    raw = yaml.safe_load((REPO / "hardware" / "panda.yaml").read_text())
+    raw["velocity_limits"] = [velocity_factor * v for v in raw["velocity_limits"]]
+    path = tmp_path / "panda_twin.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.slow
+def test_exported_sac_policy_reaches_on_the_sim_twin_as_in_training(trained, tmp_path):
+    from robo_rl.deploy.session import open_session
+    from robo_rl.export import export_policy
+
+    run_dir, _, _ = trained
+    out = tmp_path / "sac_reach.onnx"
+    contract = export_policy(run_dir, out, parity_envs=32)
+    session = open_session(out, twin_hardware(tmp_path, 10.0), realtime=False)
+    rng = np.random.default_rng(0)
+    low, high = np.array(contract.extra["target_low"]), np.array(contract.extra["target_high"])
+    ramp_to_policy(session)
+    steps = round(3.0 / contract.policy_dt)  # the training episode length
+    distances = []
+    for _ in range(16):
+        target = rng.uniform(low, high)
+        session.policy.commands["target_pos"] = target
+        run_ticks(session, steps)
+        distances.append(np.linalg.norm(session.robot.read_state().ee_pos - target))
+    trained_distance = contract.extra["train_eval"]["ee_distance_final"]
+    deployed = float(np.mean(distances))
+    spread = float(np.std(distances) / np.sqrt(len(distances)))
+    print(f"SAC panda reach: deployed {deployed:.4f} m (+-{spread:.4f}), in simulation {trained_distance:.4f} m")
+    # Within noise: the twin's 16 targets against the export's 32 simulated episodes. The twin starts each
+    # target from the previous one's pose instead of a reset, so only a worse result is a failure.
+    assert deployed < trained_distance + max(0.02, 3 * spread), (deployed, trained_distance)

@@ -7,11 +7,13 @@ from typing import Any
 from robo_rl.config import ConfigError
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
 from robo_rl.tasks.base import TaskEnv
+from robo_rl.tasks.quadruped_rough import QuadrupedWalkRoughConfig, QuadrupedWalkRoughEnv
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
 
 TASKS: dict[str, tuple[type[TaskEnv], type]] = {
     "arm-reach": (ArmReachEnv, ArmReachConfig),
     "quadruped-walk-flat": (QuadrupedWalkEnv, QuadrupedWalkConfig),
+    "quadruped-walk-rough": (QuadrupedWalkRoughEnv, QuadrupedWalkRoughConfig),
 }
 
 

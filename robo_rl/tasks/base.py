@@ -68,7 +68,7 @@ class TaskEnv:
         self.num_envs = num_envs
         self.device = torch.device("cpu")
         self.backend = MujocoCpuBackend(
-            _load_mjcf(cfg.model), num_envs, num_threads=num_threads, keyframe=self.keyframe
+            self._load_model(cfg), num_envs, num_threads=num_threads, keyframe=self.keyframe
         )
         self.backend.model.opt.timestep = cfg.physics_dt
         self.dt = cfg.physics_dt * cfg.decimation
@@ -96,6 +96,10 @@ class TaskEnv:
         self.q = self.qpos32[:, self.q_idx]  # (N, J) a view when the joints' addresses are consecutive
         self.dq = self.qvel32[:, self.dq_idx]  # (N, J)
         self._refresh_state()
+
+    def _load_model(self, cfg: Any) -> Any:
+        """The task's MjModel, built before any world exists (override to edit it, e.g. fill a heightfield)."""
+        return _load_mjcf(cfg.model)
 
     def _resolve_joints(self) -> None:
         """Joint addresses and PD parameters of `joint_names` (position actuators named like the joints)."""

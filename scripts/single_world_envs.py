@@ -43,7 +43,6 @@ class TaskSpec:
     ctrl_high: np.ndarray  # (J,)
     reward_weights: np.ndarray  # (K,) scale * dt of each term, in the task's term order
     sensors: dict[str, np.ndarray]  # sensor name -> sensordata addresses
-    foot_contact_z: float = 0.0  # quadruped: a foot below this height touches the ground
 
 
 def task_spec(task: str) -> TaskSpec:
@@ -73,7 +72,6 @@ def task_spec(task: str) -> TaskSpec:
         ctrl_high=env.ctrl_high.double().numpy(),
         reward_weights=np.array([cfg.rewards[n] * env.dt for n in env.reward_terms]),
         sensors=sensors,
-        foot_contact_z=getattr(env, "_foot_contact_z", 0.0),
     )
     env.close()
     return spec
@@ -138,7 +136,7 @@ class QuadrupedWalkSingle(_SingleWorldEnv):
         super().__init__(spec)
         j = len(spec.q_idx)
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3 + 3 + 3 + 3 * j + 3,), np.float32)
-        self.feet_z_idx = np.array([spec.sensors[f"{leg}_foot_pos"][2] for leg in ("FL", "FR", "RL", "RR")])
+        self.feet_touch_idx = np.array([spec.sensors[f"{leg}_foot_touch"][0] for leg in ("FL", "FR", "RL", "RR")])
         self.command = np.zeros(3)
         self.command_time = 0.0
         self.prev_dq = np.zeros(j)
@@ -206,7 +204,7 @@ class QuadrupedWalkSingle(_SingleWorldEnv):
         q, dq, w = d.qpos[s.q_idx], d.qvel[s.dq_idx], d.qvel[3:6]
         v, g, cmd = self.lin_vel_b, self.gravity_b, self.command
 
-        contact = d.sensordata[self.feet_z_idx] < s.foot_contact_z  # (4,)
+        contact = d.sensordata[self.feet_touch_idx] > c.foot_contact_force  # (4,)
         first_contact = (self.air_time > 0) & contact
         air_at_touchdown = self.air_time * first_contact
         self.air_time += dt

@@ -18,6 +18,7 @@ from robo_rl.tasks.arm_pick_place import (
 )
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
 from robo_rl.tasks.base import TaskEnv
+from robo_rl.tasks.quadruped_rough import QuadrupedWalkRoughConfig, QuadrupedWalkRoughEnv
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
 
 TASKS: dict[str, tuple[type[TaskEnv], type]] = {
@@ -25,6 +26,7 @@ TASKS: dict[str, tuple[type[TaskEnv], type]] = {
     "quadruped-walk-flat": (QuadrupedWalkEnv, QuadrupedWalkConfig),
     "arm-pick-place": (ArmPickPlaceEnv, ArmPickPlaceConfig),
     "arm-pick-place-vision": (ArmPickPlaceVisionEnv, ArmPickPlaceVisionConfig),
+    "quadruped-walk-rough": (QuadrupedWalkRoughEnv, QuadrupedWalkRoughConfig),
 }
 
 

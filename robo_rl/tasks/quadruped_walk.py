@@ -1,7 +1,8 @@
 """quadruped-walk-flat: a 12-DoF Unitree Go2 tracks random base velocity commands on flat ground.
 
 PD position actuators (q* = q_default + scale * a), observations in the deploy vocabulary, and
-legged-gym-style rewards (velocity tracking kernels, regularisers, feet air time).
+legged-gym-style rewards (velocity tracking kernels, regularisers, feet air time). A foot is in
+contact when its MJCF touch sensor reads more than `foot_contact_force`, on any ground shape.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class QuadrupedWalkConfig(TaskConfig):
     """Width of the velocity tracking kernels (exp(-err^2 / sigma^2))."""
     feet_air_time_threshold: float = _f(0.4, ge=0.0)
     """Steps longer than this are rewarded by feet_air_time (s)."""
+    foot_contact_force: float = _f(1.0, gt=0.0)
+    """A foot touches the ground when its touch sensor reads more than this normal force (N)."""
     min_base_height: float = _f(0.15, ge=0.0)
     """Episodes end when the base drops below this height (m)."""
     max_tilt_cos: float = _f(0.3, ge=-1.0, le=1.0)
@@ -114,13 +117,11 @@ class QuadrupedWalkEnv(TaskEnv):
                  backend: str = "mujoco_cpu"):
         super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
         b = self.backend
-        self._feet_z_idx = torch.tensor([b.sensor_slice(f"{leg}_foot_pos").start + 2 for leg in GO2_LEGS])
+        self._feet_touch_idx = torch.tensor([b.sensor_slice(f"{leg}_foot_touch").start for leg in GO2_LEGS])
         # Views of the float32 state, refreshed in place by the base class.
         self.base_pos = self.qpos32[:, 0:3]  # (N, 3)
         self.base_quat = self.qpos32[:, 3:7]  # (N, 4) wxyz
         self.ang_vel_b = self.qvel32[:, 3:6]  # (N, 3) a free joint's angular velocity is body-frame
-        foot_geom = b.name_id("geom", "FL_foot")
-        self._foot_contact_z = float(b.model.geom_size[foot_geom, 0]) + 0.005
         self._init_qpos = b.init_state[b.slices["qpos"]].clone()  # (nq,)
         self.command = torch.zeros(num_envs, 3)  # (N, 3) v_x, v_y, yaw rate
         self.command_time = torch.zeros(num_envs)  # (N,) seconds until resampling
@@ -143,7 +144,7 @@ class QuadrupedWalkEnv(TaskEnv):
         super()._refresh()
         self.lin_vel_b = obs.base_lin_vel(self.base_quat, self.qvel32[:, 0:3])  # (N, 3) base frame
         self.gravity_b = obs.projected_gravity(self.base_quat)  # (N, 3)
-        self.feet_z = self.sensors32[:, self._feet_z_idx]  # (N, F)
+        self.feet_force = self.sensors32[:, self._feet_touch_idx]  # (N, F) normal force on each foot (N)
 
     # ------------------------------------------------------------------ task hooks
     def _apply_action(self, action: Tensor) -> None:
@@ -151,7 +152,7 @@ class QuadrupedWalkEnv(TaskEnv):
         super()._apply_action(action)
 
     def _post_physics(self) -> None:
-        contact = self.feet_z < self._foot_contact_z  # (N, F)
+        contact = self.feet_force > self.cfg.foot_contact_force  # (N, F)
         self._first_contact = (self.air_time > 0) & contact
         self._air_time_at_touchdown = self.air_time * self._first_contact
         self.air_time = torch.where(contact, 0.0, self.air_time + self.dt)
@@ -211,6 +212,7 @@ class QuadrupedWalkEnv(TaskEnv):
         yaw_q = yaw_quat(sample[:, 0])  # (K, 4)
         q = (self.default_joint_pos * sample[:, 1 : 1 + j]).clamp(self.ctrl_low, self.ctrl_high)  # (K, J)
         qpos = self._init_qpos.repeat(k, 1)  # (K, nq)
+        qpos[:, 0:3] = self._spawn_positions(ids)
         qpos[:, 3:7] = yaw_q
         qpos[:, self.q_idx] = q.to(torch.float64)
         qvel = torch.zeros(k, self.backend.model.nv, dtype=torch.float64)
@@ -222,6 +224,10 @@ class QuadrupedWalkEnv(TaskEnv):
             buf.index_fill_(0, ids, 0)
         self._resample_commands(ids)
         self.backend.reset(ids, qpos=qpos, qvel=qvel)
+
+    def _spawn_positions(self, ids: Tensor) -> Tensor:
+        """Base positions (K, 3) float64 that worlds `ids` start from: the keyframe's on flat ground."""
+        return self._init_qpos[0:3].expand(ids.numel(), 3)
 
     def _resample_commands(self, ids: Tensor) -> None:
         """New commands for worlds ids: uniform in the configured ranges, zero for a standing fraction."""

@@ -384,7 +384,12 @@ def build(cls: type, raw: Any, path: str = "") -> Any:
     for name, f in fields.items():
         if name not in raw:
             continue
-        value = _coerce(raw[name], hints[name], _join(path, name))
+        given = raw[name]
+        has_factory = f.default_factory is not dataclasses.MISSING
+        if dataclasses.is_dataclass(hints[name]) and isinstance(given, dict) and has_factory:
+            # a partial section overrides the field's own default (which may differ from its class's defaults)
+            given = {**_to_plain(f.default_factory()), **given}
+        value = _coerce(given, hints[name], _join(path, name))
         if typing.get_origin(hints[name]) is dict and f.default_factory is not dataclasses.MISSING:
             value = {**f.default_factory(), **value}  # a partial mapping overrides single entries
         _check_meta(value, f.metadata, _join(path, name))

@@ -1,6 +1,8 @@
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,30 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subpro
         text=True,
         timeout=timeout,
     )
+
+
+def sigkill_then_resume(cli, tmp_path: Path, train_args: list[str], *, iterations: int = 6,
+                        killed_max_iterations: int = 1000) -> subprocess.CompletedProcess:
+    """Train run `full` for `iterations`; start run `killed`, SIGKILL it after its checkpoint of iteration 2, and
+    resume it to `iterations`. Returns the resume's result; both runs are under tmp_path."""
+    log_dir = ["--set", f"runner.log_dir={tmp_path}"]
+    full = cli(*train_args, *log_dir, "--run-name", "full", "--max-iterations", str(iterations))
+    assert full.returncode == 0, full.stderr
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", *train_args, *log_dir, "--run-name", "killed", "--max-iterations",
+         str(killed_max_iterations)],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while not (tmp_path / "killed" / "model_000002.pt").exists():
+        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL
+    resumed = cli("train", "--resume", str(tmp_path / "killed"), "--max-iterations", str(iterations))
+    assert resumed.returncode == 0, resumed.stderr
+    return resumed
 
 
 @pytest.fixture

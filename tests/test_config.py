@@ -177,3 +177,13 @@ def test_load_yaml_of_a_directory_or_binary_file(tmp_path):
     (tmp_path / "bin.yaml").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ConfigError, match="cannot be read as text"):
         load_yaml(tmp_path / "bin.yaml")
+
+
+def test_partial_section_overrides_the_fields_own_default():
+    """quadruped-walk-rough's randomization default pushes; setting one other field keeps its pushes."""
+    from robo_rl.tasks import task_config_class
+
+    cfg = resolve_train_config({"task": "quadruped-walk-rough"}, ["env.randomization.friction_scale=[0.5,1.5]"],
+                               env_config_cls=task_config_class)
+    assert cfg.env.randomization.friction_scale == (0.5, 1.5)
+    assert cfg.env.randomization.push_interval_s == 15.0 and cfg.env.randomization.push_velocity == 1.0

@@ -1,11 +1,6 @@
 """Algorithms as plug-ins: the registry, SAC through the CLI on every task, exact resume after SIGKILL, export."""
 
 import dataclasses
-import os
-import signal
-import subprocess
-import sys
-import time
 
 import numpy as np
 import pytest
@@ -18,7 +13,7 @@ from robo_rl.checkpoint import load_checkpoint, load_run_checkpoint
 from robo_rl.config import ConfigError, PPOConfig, resolve_train_config
 from robo_rl.runner import OffPolicyRunner, OnPolicyRunner, make_runner
 from robo_rl.tasks import TASKS, task_config_class
-from tests.conftest import REPO
+from tests.conftest import sigkill_then_resume
 
 TINY_SAC = ["--num-envs", "4", "--set", "algo.buffer_size=400", "--set", "algo.batch_size=32",
             "--set", "algo.learning_starts=2", "--set", "policy.actor_hidden_dims=[16]",
@@ -145,24 +140,7 @@ RESUME = ["train", "--task", "arm-reach", "--algo", "sac", "--seed", "3", "--set
 
 
 def test_sac_sigkill_then_resume_restores_the_replay_buffer_and_matches_an_uninterrupted_run(cli, tmp_path):
-    log_dir = ["--set", f"runner.log_dir={tmp_path}"]
-    full = cli(*RESUME, *log_dir, "--run-name", "full", "--max-iterations", "6")
-    assert full.returncode == 0, full.stderr
-
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "robo_rl.cli", *RESUME, *log_dir, "--run-name", "killed", "--max-iterations", "100000"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 300
-    while not (tmp_path / "killed" / "model_000002.pt").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its first checkpoint"
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    assert proc.wait() == -signal.SIGKILL
-
-    resumed = cli("train", "--resume", str(tmp_path / "killed"), "--max-iterations", "6")
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = sigkill_then_resume(cli, tmp_path, RESUME, killed_max_iterations=100000)
     assert "resuming" in resumed.stdout and "note:" not in resumed.stdout  # nothing was lost
 
     a = load_checkpoint(tmp_path / "full" / "model_000006.pt")

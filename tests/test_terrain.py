@@ -321,7 +321,8 @@ def test_ppo_raises_the_terrain_level(tmp_path):
 
     history = train(
         "quadruped-walk-rough",
-        ["sim.num_envs=256", "runner.max_iterations=60", "runner.eval_episodes=0", "env.push_interval_s=0",
+        ["sim.num_envs=256", "runner.max_iterations=60", "runner.eval_episodes=0",
+         "env.randomization.push_interval_s=0",
          "env.terrain.sub_terrain_size=3.0", "env.terrain.platform_size=1.0", "env.terrain.num_levels=5",
          "env.terrain.num_columns=5"],
         tmp_path,

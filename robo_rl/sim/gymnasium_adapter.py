@@ -126,6 +126,9 @@ class GymnasiumVecEnv:
             1-D Box (actions), which is what our Gaussian policies need.
     """
 
+    action_clip = 1.0
+    """Policy actions are clipped to [-1, 1] before they are mapped onto the env's Box."""
+
     def __init__(self, cfg: GymTaskConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
                  backend: str = "mujoco_cpu"):
         import gymnasium
@@ -293,9 +296,6 @@ class GymnasiumVecEnv:
             return env.render()
         except gymnasium.error.DependencyNotInstalled as exc:
             raise UserError(f"task {self.task!r} cannot render: {exc}") from None
-
-    action_clip = 1.0
-    """Policy actions are clipped to [-1, 1] before they are mapped onto the env's Box."""
 
     def close(self) -> None:
         self.envs.close()

@@ -24,7 +24,7 @@ from robo_rl.assets import find_asset
 from robo_rl.config import ConfigError, _f
 from robo_rl.contract import ObsTerm
 from robo_rl.sim.mujoco_cpu import mujoco  # the backend picks a headless MUJOCO_GL before importing mujoco
-from robo_rl.tasks.base import check_model_file
+from robo_rl.tasks.base import add_motor_lag, check_model_file
 from robo_rl.tasks.curriculum import initial_terrain_levels, next_terrain_levels, spawn_origins, terrain_columns
 from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.heightmap import ground_height, height_scan, scan_offsets, scan_size, yaw_from_quat
@@ -59,8 +59,7 @@ class QuadrupedWalkRoughConfig(QuadrupedWalkConfig):
         default_factory=lambda: DomainRandConfig(push_interval_s=15.0, push_velocity=1.0)
     )
     """Domain randomisation (robo_rl.tasks.events); push recovery on by default: every 15 s from a world's reset,
-    a planar base velocity uniform in +-1 m/s per axis. A YAML `env.randomization` section starts from
-    DomainRandConfig's own defaults (pushes off): give push_interval_s and push_velocity there too."""
+    a planar base velocity uniform in +-1 m/s per axis (an `env.randomization` section overrides single fields)."""
     spawn_clearance: float = _f(0.08, ge=0.0, le=1.0)
     """Robots start this much higher above their cell's ground than the keyframe stands (m). The randomised
     start pose can reach up to ~7 cm below the keyframe's feet, and a foot that starts deep inside a
@@ -85,8 +84,10 @@ class QuadrupedWalkRoughConfig(QuadrupedWalkConfig):
             )
 
 
-def load_terrain_scene(model: str, terrain: Terrain) -> Any:
-    """Compile the MJCF scene `model` with its `terrain` hfield sized for and filled with `terrain`.
+def load_terrain_scene(model: str, terrain: Terrain, *, motor_lag_s: float = 0.0,
+                       lag_actuators: tuple[str, ...] = ()) -> Any:
+    """Compile the MJCF scene `model` with its `terrain` hfield sized for and filled with `terrain`
+    (and `add_motor_lag` applied).
 
     Raises:
         ConfigError: one line when the file is missing, MuJoCo cannot compile it or it has no terrain hfield.
@@ -95,6 +96,7 @@ def load_terrain_scene(model: str, terrain: Terrain) -> Any:
     try:
         spec = mujoco.MjSpec.from_file(str(find_asset(model)))
         size_hfield(spec, terrain, hfield=TERRAIN_NAME, geom=TERRAIN_NAME)
+        add_motor_lag(spec, lag_actuators, motor_lag_s)
         compiled = spec.compile()
     except ValueError as exc:  # XML and compile errors, and a scene without the terrain hfield
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -142,7 +144,7 @@ class QuadrupedWalkRoughEnv(QuadrupedWalkEnv):
         self._lift = torch.tensor([0.0, 0.0, lift], dtype=torch.float64)  # base height above the spawn ground
 
     def _load_model(self, cfg: QuadrupedWalkRoughConfig) -> Any:
-        return load_terrain_scene(cfg.model, self.terrain)
+        return load_terrain_scene(cfg.model, self.terrain, motor_lag_s=cfg.motor_lag_s, lag_actuators=self.joint_names)
 
     # ------------------------------------------------------------------ state, once per step
     def _refresh(self) -> None:

@@ -78,6 +78,9 @@ def run(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
           f"{cfg.runner.max_iterations} iterations = {steps:,} env steps, seed {cfg.seed}; "
           f"{a.num_learning_epochs} epochs x {a.num_mini_batches} minibatches, lr {a.learning_rate:g} ({a.schedule}), "
           f"gamma {a.gamma}, lambda {a.lam}, reward normalisation {a.normalize_reward}; "
+          f"reshuffle minibatches {a.reshuffle_minibatches}, advantages normalised per "
+          f"{'minibatch' if a.advantage_norm_per_minibatch else 'batch'}, {a.grad_clip} gradient clip, "
+          f"Adam eps {a.adam_eps:g}, observation normaliser eps {p.obs_norm_eps:g} clip {p.obs_norm_clip:g}; "
           f"actor {list(p.actor_hidden_dims)} critic {list(p.critic_hidden_dims)} {p.activation}, "
           f"init std {p.init_noise_std:.4f} ({p.noise_std_type})", flush=True)
     runner = OnPolicyRunner(cfg, run_dir)

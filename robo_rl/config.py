@@ -77,6 +77,13 @@ class PolicyConfig:
     other parity changes; docs/benchmarks.md)."""
     obs_normalization: bool = True
     """Empirical running mean/std normalisation of actor and critic inputs."""
+    obs_norm_eps: float = _f(1e-2, gt=0.0, le=1.0)
+    """Added to the running std before dividing by it (RSL-RL: 1e-2). SB3's VecNormalize divides by
+    sqrt(var + 1e-8), which 1e-4 matches to within 1e-4 of σ: a smaller value lets nearly constant inputs
+    be amplified more."""
+    obs_norm_clip: float = _f(0.0, ge=0.0)
+    """Clip normalised inputs to +-this (0: no clipping; SB3's VecNormalize clip_obs: 10). Part of the
+    normaliser, so it is baked into exported policies too."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,11 +113,24 @@ class PPOConfig:
     entropy_coef: float = _f(0.01, ge=0.0)
     """Weight of the entropy bonus."""
     max_grad_norm: float = _f(1.0, gt=0.0)
-    """Gradient-norm clip, applied to the actor (with its std) and to the critic separately, as RSL-RL does."""
+    """Gradient-norm clip (see `grad_clip`)."""
+    grad_clip: str = _f("separate", choices=("separate", "joint"))
+    """`separate`: clip the actor's gradients (with its std) and the critic's each to `max_grad_norm`, as
+    RSL-RL does; `joint`: clip the norm of all parameters' gradients together, as SB3 and cleanrl do (a
+    large value gradient then also shrinks the policy step)."""
+    adam_eps: float = _f(1e-8, gt=0.0, le=1.0)
+    """Adam's epsilon (PyTorch default 1e-8, as RSL-RL; SB3's PPO uses 1e-5, which damps the steps of
+    parameters whose gradients are below ~1e-5)."""
+    reshuffle_minibatches: bool = False
+    """Draw a new minibatch partition of the batch in every epoch, as SB3 and cleanrl do; off: one
+    partition for all epochs, as RSL-RL does."""
     use_clipped_value_loss: bool = True
     """Clip the value update like the policy update."""
     normalize_advantage: bool = True
-    """Normalise advantages over the whole batch once per iteration (as RSL-RL does by default)."""
+    """Normalise advantages to zero mean and unit std (where: `advantage_norm_per_minibatch`)."""
+    advantage_norm_per_minibatch: bool = False
+    """Normalise advantages within each minibatch, as SB3 and cleanrl do; off: once over the whole
+    batch per iteration, as RSL-RL does by default."""
     normalize_reward: bool = False
     """Divide the rewards PPO learns from by a running std of each world's discounted return (reset at
     episode ends) and clip them to +-10, as SB3's VecNormalize(norm_reward=True) does; it keeps value

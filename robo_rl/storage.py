@@ -56,12 +56,13 @@ class RolloutStorage:
         self.step = 0
 
     def minibatches(
-        self, num_mini_batches: int, epochs: int, generator: torch.Generator
+        self, num_mini_batches: int, epochs: int, generator: torch.Generator, *, reshuffle: bool = False
     ) -> Iterator[dict[str, Tensor]]:
-        """Minibatches of one shuffle of the flattened (T * N) batch, the same ones in each of `epochs` passes.
+        """`epochs` passes over the flattened (T * N) batch in `num_mini_batches` minibatches each.
 
-        One partition for all epochs, as RSL-RL does (reshuffling every epoch learned arm-reach more
-        slowly: see docs/benchmarks.md), and each minibatch is gathered once instead of once per epoch.
+        By default one shuffle makes the partition for all epochs, as RSL-RL does (reshuffling every epoch
+        learned arm-reach more slowly: see docs/benchmarks.md), and each minibatch is gathered once instead
+        of once per epoch. `reshuffle` draws a new partition in every epoch, as SB3 and cleanrl do.
         """
         b_size = self.steps * self.obs.shape[1]
         batch = {
@@ -75,9 +76,11 @@ class RolloutStorage:
             "returns": self.returns.flatten(),  # (B,)
         }
         mb_size = b_size // num_mini_batches
-        perm = torch.randperm(b_size, generator=generator)
-        # index_select: same rows as v[idx], ~3x cheaper than advanced indexing on CPU
-        parts = [perm[i * mb_size : (i + 1) * mb_size] for i in range(num_mini_batches)]
-        mbs = [{k: v.index_select(0, idx) for k, v in batch.items()} for idx in parts]
+        mbs: list[dict[str, Tensor]] = []
         for _ in range(epochs):
+            if reshuffle or not mbs:
+                perm = torch.randperm(b_size, generator=generator)  # (B,)
+                # index_select: same rows as v[idx], ~3x cheaper than advanced indexing on CPU
+                parts = [perm[i * mb_size : (i + 1) * mb_size] for i in range(num_mini_batches)]
+                mbs = [{k: v.index_select(0, idx) for k, v in batch.items()} for idx in parts]
             yield from mbs

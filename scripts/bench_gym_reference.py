@@ -8,11 +8,15 @@ RL Zoo's 2410 (PPO, Hopper, 1 M steps; shared/REFERENCES.md). It prints the wall
 
     TARGET ppo_hopper_vs_rl_zoo measured=<our return / 2410> goal=>=0.9 PASS|FAIL
 
-and exits 0 either way.
+and exits 0 either way. `--impl sb3` trains stable-baselines3's own PPO instead, from the same resolved
+config (VecNormalize for the observation and reward normalisation, RL Zoo's way), and evaluates it the
+same way: it shows what SB3 itself reaches on this gymnasium and MuJoCo (its TARGET line is named
+`sb3_ppo_hopper_vs_rl_zoo`). Needs stable-baselines3 (the dev extra).
 
     PYTHONPATH=. python scripts/bench_gym_reference.py                 # 1 M steps (~20 min on 2 cores)
     PYTHONPATH=. python scripts/bench_gym_reference.py --steps 200000 --seed 1
     PYTHONPATH=. python scripts/bench_gym_reference.py --quick         # 2 iterations: a smoke run
+    PYTHONPATH=. python scripts/bench_gym_reference.py --impl sb3      # SB3's PPO, same settings and budget
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="config override, e.g. algo.learning_rate=3e-4 (repeatable)")
     p.add_argument("--run-dir", default=None, help="keep the run (checkpoints, TensorBoard) here; default: a temp dir")
     p.add_argument("--quick", action="store_true", help="2 iterations and 2 evaluation episodes (a smoke run)")
+    p.add_argument("--impl", choices=("robo_rl", "sb3"), default="robo_rl",
+                   help="whose PPO to train: ours, or stable-baselines3's from the same config")
     args = p.parse_args(argv)
     if args.quick:
         args.eval_episodes = 2
@@ -78,6 +84,9 @@ def run(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
           f"{cfg.runner.max_iterations} iterations = {steps:,} env steps, seed {cfg.seed}; "
           f"{a.num_learning_epochs} epochs x {a.num_mini_batches} minibatches, lr {a.learning_rate:g} ({a.schedule}), "
           f"gamma {a.gamma}, lambda {a.lam}, reward normalisation {a.normalize_reward}; "
+          f"reshuffle minibatches {a.reshuffle_minibatches}, advantages normalised per "
+          f"{'minibatch' if a.advantage_norm_per_minibatch else 'batch'}, {a.grad_clip} gradient clip, "
+          f"Adam eps {a.adam_eps:g}, observation normaliser eps {p.obs_norm_eps:g} clip {p.obs_norm_clip:g}; "
           f"actor {list(p.actor_hidden_dims)} critic {list(p.critic_hidden_dims)} {p.activation}, "
           f"init std {p.init_noise_std:.4f} ({p.noise_std_type})", flush=True)
     runner = OnPolicyRunner(cfg, run_dir)
@@ -93,22 +102,95 @@ def run(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
     return evaluation, wall, steps
 
 
+def sb3_ppo_kwargs(cfg: TrainConfig) -> dict:
+    """stable-baselines3 PPO keyword arguments equivalent to our config (SB3 always learns log σ)."""
+    from torch import nn
+
+    a, p = cfg.algo, cfg.policy
+    return {
+        "n_steps": a.num_steps_per_env,
+        "batch_size": a.num_steps_per_env * cfg.sim.num_envs // a.num_mini_batches,
+        "n_epochs": a.num_learning_epochs,
+        "learning_rate": a.learning_rate,
+        "gamma": a.gamma,
+        "gae_lambda": a.lam,
+        "clip_range": a.clip_param,
+        "clip_range_vf": a.clip_param if a.use_clipped_value_loss else None,
+        "normalize_advantage": a.normalize_advantage,
+        "ent_coef": a.entropy_coef,
+        "vf_coef": a.value_loss_coef,
+        "max_grad_norm": a.max_grad_norm,
+        "seed": cfg.seed,
+        "device": "cpu",
+        "policy_kwargs": {
+            "log_std_init": math.log(p.init_noise_std),
+            "ortho_init": False,  # PyTorch's default initialisation, as our ActorCritic
+            "activation_fn": {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}[p.activation],
+            "net_arch": {"pi": list(p.actor_hidden_dims), "vf": list(p.critic_hidden_dims)},
+        },
+    }
+
+
+def run_sb3(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
+    """SB3's PPO on the same gymnasium env and config; returns what `run` returns."""
+    try:
+        import gymnasium
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.monitor import Monitor
+        from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    except ImportError as exc:
+        raise SystemExit(f"--impl sb3 needs stable-baselines3 (pip install -e '.[dev]'): {exc}") from None
+    cfg = bench_config(args, run_dir)
+    steps = cfg.runner.max_iterations * cfg.algo.num_steps_per_env * cfg.sim.num_envs
+    env_id = cfg.env.id
+
+    def vec_env(n: int, seed: int) -> VecNormalize:
+        env = DummyVecEnv([lambda: Monitor(gymnasium.make(env_id))] * n)  # Monitor: raw episode returns
+        env.seed(seed)
+        return VecNormalize(env, norm_obs=cfg.policy.obs_normalization, norm_reward=cfg.algo.normalize_reward,
+                            clip_obs=cfg.policy.obs_norm_clip or 10.0, gamma=cfg.algo.gamma)
+
+    env = vec_env(cfg.sim.num_envs, cfg.seed)
+    kwargs = sb3_ppo_kwargs(cfg)
+    print(f"SB3 PPO on {env_id}: {steps:,} env steps, seed {cfg.seed}; {kwargs}", flush=True)
+    model = PPO("MlpPolicy", env, **kwargs)
+    t0 = time.perf_counter()
+    model.learn(steps)
+    wall = time.perf_counter() - t0
+    eval_env = vec_env(1, cfg.seed + 54321)  # one world, episodes in turn; statistics frozen from training
+    eval_env.obs_rms, eval_env.training, eval_env.norm_reward = env.obs_rms, False, False
+    returns, lengths = [], []
+    obs = eval_env.reset()
+    while len(returns) < args.eval_episodes:
+        action, _ = model.predict(obs, deterministic=True)
+        obs, _, done, infos = eval_env.step(action)
+        if done[0]:
+            returns.append(float(infos[0]["episode"]["r"]))
+            lengths.append(float(infos[0]["episode"]["l"]))
+    env.close()
+    eval_env.close()
+    n = len(returns)
+    return {"mean_return": sum(returns) / n, "episodes": n, "metrics": {"length": sum(lengths) / n}}, wall, steps
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_gym_") as tmp:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp) / "hopper"
-        evaluation, wall, steps = run(args, run_dir)
+        evaluation, wall, steps = (run_sb3 if args.impl == "sb3" else run)(args, run_dir)
     ours = evaluation["mean_return"]
     ratio = ours / RL_ZOO_PPO_HOPPER_1M
+    label = "SB3 PPO" if args.impl == "sb3" else "robo_rl PPO"
     print()
-    print(f"{'':34s}{'robo_rl PPO':>14s}{'RL Zoo PPO':>14s}")
+    print(f"{'':34s}{label:>14s}{'RL Zoo PPO':>14s}")
     print(f"{'Hopper-v5 evaluation return':34s}{ours:14.1f}{RL_ZOO_PPO_HOPPER_1M:14.1f}")
     print(f"{'env steps':34s}{steps:14,d}{1_000_000:14,d}")
     print(f"evaluation: {evaluation['episodes']} deterministic episodes, mean length "
           f"{evaluation['metrics'].get('length', float('nan')):.0f} steps; "
           f"training wall-clock {wall:.0f} s ({wall / 60:.1f} min, {steps / wall:,.0f} env steps/s)")
     verdict = "PASS" if ratio >= GOAL else "FAIL"
-    print(f"TARGET ppo_hopper_vs_rl_zoo measured={ratio:.3f} goal=>={GOAL} {verdict}")
+    name = "sb3_ppo_hopper_vs_rl_zoo" if args.impl == "sb3" else "ppo_hopper_vs_rl_zoo"
+    print(f"TARGET {name} measured={ratio:.3f} goal=>={GOAL} {verdict}")
     return 0
 
 

@@ -20,6 +20,7 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=)[\d.]+ (PASS|FAIL
         ("bench_ppo.py", ["--quick"], 2),  # update time and learning
         ("bench_render.py", ["--quick", "--variants"], 1),
         ("bench_gym_reference.py", ["--quick"], 1),  # our PPO on Hopper-v5 vs RL Zoo
+        ("bench_gym_reference.py", ["--quick", "--impl", "sb3"], 1),  # SB3's PPO from the same config
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):

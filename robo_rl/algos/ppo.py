@@ -2,7 +2,10 @@
 
 Clipped surrogate, clipped value loss, GAE with exact time-out bootstrapping from
 `info["final_obs"]`, KL-adaptive learning rate, entropy bonus, gradient-norm clipping of actor
-and critic separately, empirical observation normalisation and an asymmetric critic. The action
+and critic separately, empirical observation normalisation and an asymmetric critic.
+Options bring it to SB3's PPO semantics where they differ (all off by default): a new minibatch
+partition every epoch, advantages normalised per minibatch, one gradient-norm clip over all
+parameters, Adam's epsilon (and, in `PolicyConfig`, the normaliser's eps and clipping). The action
 std is learned as σ or as log σ (`PolicyConfig.noise_std_type`). Besides the losses, `update`
 reports the usual PPO diagnostics: clip fraction, approximate KL and explained variance.
 Optionally (`PPOConfig.normalize_reward`, off by default) rewards are scaled by a running std of
@@ -53,6 +56,13 @@ def scale_rewards(
     scaled = rewards / (normalizer.var.sqrt() + RETURN_STD_EPS)  # (N,)
     discounted_return.masked_fill_(dones, 0.0)
     return scaled.clamp(-REWARD_CLIP, REWARD_CLIP)
+
+
+def normalize_advantages(advantages: Tensor) -> Tensor:
+    """Zero mean, unit (sample) std: (B,) -> (B,); a single sample is left as it is (its std is undefined)."""
+    if advantages.numel() < 2:
+        return advantages
+    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
 def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, clip: float) -> Tensor:
@@ -111,11 +121,15 @@ class PPO:
         self.policy = policy
         self.generator = generator
         self.learning_rate = cfg.learning_rate
-        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate)
-        # Actor (with the std) and critic are clipped separately, as RSL-RL does: with one global norm
-        # the value loss's larger gradients would shrink every policy step.
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+        # By default actor (with the std) and critic are clipped separately, as RSL-RL does: with one
+        # global norm the value loss's larger gradients shrink every policy step (cfg.grad_clip "joint").
         self._actor_params = [p for n, p in policy.named_parameters() if not n.startswith("critic.")]
         self._critic_params = list(policy.critic.parameters())
+        if cfg.grad_clip == "joint":
+            self._clip_groups = [list(policy.parameters())]
+        else:
+            self._clip_groups = [self._actor_params, self._critic_params]
         obs_dim = policy.actor[0].in_features
         critic_dim = policy.critic[0].in_features
         action_dim = policy.action_dim
@@ -172,8 +186,8 @@ class PPO:
         s.advantages, s.returns = compute_gae(
             s.rewards, s.values, s.dones, last_values, gamma=self.cfg.gamma, lam=self.cfg.lam
         )
-        if self.cfg.normalize_advantage:  # once per batch, as in RSL-RL
-            s.advantages = (s.advantages - s.advantages.mean()) / (s.advantages.std() + 1e-8)
+        if self.cfg.normalize_advantage and not self.cfg.advantage_norm_per_minibatch:  # as in RSL-RL
+            s.advantages = normalize_advantages(s.advantages)
 
     # ------------------------------------------------------------------ learning
     def update(self) -> dict[str, float]:
@@ -190,7 +204,12 @@ class PPO:
         totals = torch.zeros(len(keys))
         kl_total = 0.0
         n_updates = 0
-        for mb in self.storage.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
+        per_minibatch = cfg.normalize_advantage and cfg.advantage_norm_per_minibatch
+        minibatches = self.storage.minibatches(
+            cfg.num_mini_batches, cfg.num_learning_epochs, self.generator, reshuffle=cfg.reshuffle_minibatches
+        )
+        for mb in minibatches:
+            advantages = normalize_advantages(mb["advantages"]) if per_minibatch else mb["advantages"]  # (B,)
             mean = policy.actor(mb["obs"])  # (B, A)
             std, log_std = policy.action_std(), policy.action_log_std()  # (A,), (A,)
             value = policy.critic(mb["critic_obs"]).squeeze(-1)  # (B,)
@@ -205,15 +224,15 @@ class PPO:
                     group["lr"] = self.learning_rate
                 kl_total += kl
 
-            surrogate = clipped_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"], cfg.clip_param)
+            surrogate = clipped_surrogate_loss(log_prob, mb["log_probs"], advantages, cfg.clip_param)
             value_clip = cfg.clip_param if cfg.use_clipped_value_loss else None
             value_loss = clipped_value_loss(value, mb["values"], mb["returns"], value_clip)
             loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
 
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self._actor_params, cfg.max_grad_norm)
-            torch.nn.utils.clip_grad_norm_(self._critic_params, cfg.max_grad_norm)
+            for params in self._clip_groups:
+                torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             self.optimizer.step()
 
             with torch.no_grad():

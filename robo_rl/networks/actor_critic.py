@@ -43,6 +43,13 @@ def gaussian_kl(mean_old: Tensor, std_old: Tensor, mean: Tensor, std: Tensor) ->
     ).sum(-1)
 
 
+def _normalizer(dim: int, cfg: PolicyConfig) -> nn.Module:
+    """The input normaliser `cfg` asks for (an identity when `cfg.obs_normalization` is off)."""
+    if not cfg.obs_normalization:
+        return nn.Identity()
+    return EmpiricalNormalization(dim, eps=cfg.obs_norm_eps, clip=cfg.obs_norm_clip)
+
+
 class ActorCritic(nn.Module):
     """Actor mean MLP + state-independent action std, critic MLP, and one normaliser per input.
 
@@ -67,10 +74,8 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((action_dim,), math.log(cfg.init_noise_std)))
         else:
             raise ValueError(f"policy.noise_std_type = {cfg.noise_std_type!r}: allowed values are scalar, log")
-        self.obs_normalizer: nn.Module = EmpiricalNormalization(obs_dim) if cfg.obs_normalization else nn.Identity()
-        self.critic_obs_normalizer: nn.Module = (
-            EmpiricalNormalization(critic_obs_dim) if cfg.obs_normalization else nn.Identity()
-        )
+        self.obs_normalizer = _normalizer(obs_dim, cfg)
+        self.critic_obs_normalizer = _normalizer(critic_obs_dim, cfg)
 
     @property
     def action_dim(self) -> int:

@@ -7,24 +7,28 @@ from torch import Tensor, nn
 
 
 class EmpiricalNormalization(nn.Module):
-    """y = (x - mean) / (std + eps) with running statistics updated only by `update`.
+    """y = (x - mean) / (std + eps), clipped to +-clip when clip > 0, with running statistics updated only
+    by `update`.
 
     Args:
         dim: feature size O.
         eps: added to the standard deviation (1e-2 as in RSL-RL).
         until: stop updating after this many samples (None: never stop).
+        clip: clip the normalised values to +-clip (0: no clipping; SB3's VecNormalize uses 10).
     """
 
-    def __init__(self, dim: int, eps: float = 1e-2, until: int | None = None):
+    def __init__(self, dim: int, eps: float = 1e-2, until: int | None = None, clip: float = 0.0):
         super().__init__()
         self.eps = eps
         self.until = until
+        self.clip = clip
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.long))
 
     def forward(self, x: Tensor) -> Tensor:
-        return (x - self.mean) / (self.var.sqrt() + self.eps)
+        y = (x - self.mean) / (self.var.sqrt() + self.eps)  # (B, O)
+        return y.clamp(-self.clip, self.clip) if self.clip > 0 else y
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:

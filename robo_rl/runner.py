@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,8 +177,15 @@ class Runner:
         """Restore what `_save_extras` added."""
 
     # ------------------------------------------------------------------ training
-    def learn(self, logger: TrainLogger | None = None) -> dict[str, float]:
-        """Run until `runner.max_iterations` or `runner.max_time_s`; returns the last logged scalars."""
+    def learn(self, logger: TrainLogger | None = None,
+              stop: Callable[[Runner], bool] | None = None) -> dict[str, float]:
+        """Run until `runner.max_iterations` or `runner.max_time_s`; returns the last logged scalars.
+
+        Args:
+            logger: receives every iteration's scalars, the checkpoints' videos and the final summary.
+            stop: called after each iteration (outside `train_time`, e.g. to evaluate the policy); training
+                ends early, after saving a checkpoint, when it returns True.
+        """
         cfg, env = self.cfg.runner, self.env
         steps = self.cfg.algo.num_steps_per_env
         last: dict[str, float] = {}
@@ -200,7 +208,8 @@ class Runner:
             if self.recent_returns:
                 last["Train/mean_return"] = sum(self.recent_returns) / len(self.recent_returns)
             out_of_time = cfg.max_time_s > 0 and self.train_time >= cfg.max_time_s
-            final = self.iteration >= cfg.max_iterations or out_of_time
+            stopped = stop is not None and stop(self)
+            final = self.iteration >= cfg.max_iterations or out_of_time or stopped
             if logger is not None:
                 logger.log(self.iteration, last, self.train_time, final)
             if self.iteration % cfg.save_interval == 0 or final:
@@ -209,7 +218,7 @@ class Runner:
                 (cfg.video_interval and self.iteration % cfg.video_interval == 0) or (final and cfg.video_at_end)
             ):
                 logger.video(self.iteration, *self.record_video())
-            if out_of_time:
+            if out_of_time or stopped:
                 break
         return last
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import REPO
 
-TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=)[\d.]+ (PASS|FAIL)$")
+TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=|>|<)[\d.]+ (PASS|FAIL)$")
 
 
 @pytest.mark.slow
@@ -21,6 +21,9 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=)[\d.]+ (PASS|FAIL
         ("bench_render.py", ["--quick", "--variants"], 1),
         ("bench_gym_reference.py", ["--quick"], 1),  # our PPO on Hopper-v5 vs RL Zoo
         ("bench_gym_reference.py", ["--quick", "--impl", "sb3"], 1),  # SB3's PPO from the same config
+        ("bench_sac.py", ["--quick", "--sb3-max-s", "5"], 2),  # our SAC vs SB3's: Pendulum, arm-reach
+        ("bench_rlpd.py", ["--quick"], 1),  # RLPD vs SAC on arm-pick-place
+        ("bench_sac_locomotion.py", ["--quick"], 0),  # SAC beside PPO on quadruped-walk-flat (no target)
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):

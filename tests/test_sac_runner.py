@@ -97,6 +97,48 @@ def test_rlpd_runner_samples_in_memory_demonstrations(tmp_path):
     assert np.isfinite(stats["Loss/critic_loss"]) and runner.algo.num_updates == 3 * (8 - 1)  # from step 2 on
 
 
+def test_rlpd_learns_from_expert_demonstrations_with_an_asymmetric_critic(tmp_path):
+    """arm-pick-place's critic sees more than its actor: the expert's recorded critic observations feed RLPD."""
+    from robo_rl.algos.sac import rlpd_variant
+    from robo_rl.tasks import make_env
+    from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert
+
+    env = make_env("arm-pick-place", 2, seed=3)
+    demo = rollout_expert(env, PickPlaceExpert(env), 2, seed=3)
+    dims = env.obs_dims
+    env.close()
+    arrays = demo.arrays()
+    m = demo.obs.shape[0]
+    assert dims["critic"] > dims["policy"]
+    assert arrays["critic_obs"].shape == arrays["next_critic_obs"].shape == (m, dims["critic"])
+    torch.testing.assert_close(arrays["critic_obs"][:, : dims["policy"]], arrays["obs"])  # policy terms lead
+    cfg = resolve_config({"task": "arm-pick-place", "algo_name": "sac"},
+                         ["sim.num_envs=2", "runner.max_iterations=1", "algo.buffer_size=400", "algo.batch_size=32",
+                          "algo.learning_starts=2", "policy.actor_hidden_dims=[16]", "policy.critic_hidden_dims=[16]"])
+    algo, policy = rlpd_variant(cfg.algo, cfg.policy, num_critics=2, updates_per_step=1)
+    runner = OffPolicyRunner(dataclasses.replace(cfg, algo=algo, policy=policy), tmp_path, demos=arrays)
+    try:
+        assert runner.policy.asymmetric and runner.algo.demos.data["critic_obs"].shape == (m, dims["critic"])
+        stats = runner.learn()
+    finally:
+        runner.close()
+    assert np.isfinite(stats["Loss/critic_loss"])
+
+
+def test_learn_stops_when_the_stop_callback_says_so(tmp_path):
+    cfg = resolve_config({"task": "arm-reach", "algo_name": "sac"},
+                         ["sim.num_envs=4", "runner.max_iterations=50", "algo.buffer_size=400", "algo.batch_size=32",
+                          "policy.actor_hidden_dims=[16]", "policy.critic_hidden_dims=[16]"])
+    runner = OffPolicyRunner(cfg, tmp_path)
+    seen = []
+    try:
+        runner.learn(stop=lambda r: seen.append(r.iteration) or r.iteration == 3)
+    finally:
+        runner.close()
+    assert seen == [1, 2, 3] and runner.iteration == 3
+    assert (tmp_path / "model_000003.pt").is_file()  # the stopped run saved its last iteration
+
+
 # ---------------------------------------------------------------------------------------------- every task
 @pytest.mark.parametrize("task", list(TASKS))
 def test_train_algo_sac_runs_on_every_task(task, tmp_path, capsys):

@@ -166,6 +166,8 @@ class Demonstrations:
         terminated: (M,) bool, the episode ended by failure (no bootstrapping).
         truncated: (M,) bool, the episode timed out (bootstrap from next_obs).
         episode_success: (E,) float32, the success metric of every episode that ended, in the order they ended.
+        critic_obs: (M, O_c) the "critic" observations beside `obs`, for a task with that group (else None).
+        next_critic_obs: (M, O_c) the "critic" observations beside `next_obs` (else None).
     """
 
     obs: Tensor
@@ -175,10 +177,19 @@ class Demonstrations:
     terminated: Tensor
     truncated: Tensor
     episode_success: Tensor
+    critic_obs: Tensor | None = None
+    next_critic_obs: Tensor | None = None
 
     @property
     def success_rate(self) -> float:
         return float(self.episode_success.mean()) if self.episode_success.numel() else float("nan")
+
+    def arrays(self) -> dict[str, Tensor]:
+        """The transitions as the arrays `robo_rl.replay.load_demo_arrays` takes (RLPD's demonstrations)."""
+        out = {k: getattr(self, k) for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
+        if self.critic_obs is not None:
+            out.update(critic_obs=self.critic_obs, next_critic_obs=self.next_critic_obs)
+        return out
 
 
 def rollout_expert(env: Any, expert: Any, num_episodes: int, *, seed: int | None = None,
@@ -193,7 +204,11 @@ def rollout_expert(env: Any, expert: Any, num_episodes: int, *, seed: int | None
         raise ValueError(f"num_episodes = {num_episodes}: must be >= 1")
     obs = env.reset(seed=seed, random_start=False)
     expert.reset(torch.arange(env.num_envs))
-    rows: dict[str, list[Tensor]] = {k: [] for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
+    keys = ["obs", "action", "reward", "next_obs", "terminated", "truncated"]
+    critic = "critic" in obs
+    if critic:
+        keys += ["critic_obs", "next_critic_obs"]
+    rows: dict[str, list[Tensor]] = {k: [] for k in keys}
     success: list[Tensor] = []
     ended = 0
     while ended < num_episodes:
@@ -205,6 +220,9 @@ def rollout_expert(env: Any, expert: Any, num_episodes: int, *, seed: int | None
                                ("next_obs", info["final_obs"]["policy"]), ("terminated", terminated),
                                ("truncated", truncated)):
                 rows[key].append(value.clone())
+            if critic:
+                rows["critic_obs"].append(obs["critic"].clone())
+                rows["next_critic_obs"].append(info["final_obs"]["critic"].clone())
         episode = info["episode"]
         if episode:
             success.append(episode["success"])

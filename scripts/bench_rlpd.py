@@ -16,7 +16,7 @@ episode each, `Metrics/success` at the episode's end). Prints the success curves
 
 (the final evaluations) and exits 0 either way.
 
-    PYTHONPATH=. python scripts/bench_rlpd.py                 # ~25 min on 2 cores
+    PYTHONPATH=. python scripts/bench_rlpd.py                 # ~20 min on 2 cores (RLPD most of it)
     PYTHONPATH=. python scripts/bench_rlpd.py --quick         # a smoke run
 """
 
@@ -52,13 +52,13 @@ DEMO_SEED = 777
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--iterations", type=int, default=600, help="training iterations of each learner")
+    p.add_argument("--iterations", type=int, default=1500, help="training iterations of each learner")
     p.add_argument("--demos", type=int, default=50, help="scripted-expert episodes recorded")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=100, help="evaluate every this many iterations")
+    p.add_argument("--eval-every", type=int, default=250, help="evaluate every this many iterations")
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--rlpd-critics", type=int, default=4, help="RLPD's critic ensemble size (RLPD: 10)")
-    p.add_argument("--rlpd-updates", type=int, default=4, help="RLPD's gradient steps per vector env step")
+    p.add_argument("--rlpd-updates", type=int, default=8, help="RLPD's gradient steps per vector env step")
     p.add_argument("--quick", action="store_true", help="4 demos, 4 iterations (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:

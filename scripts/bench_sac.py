@@ -6,8 +6,9 @@ Two environments, each trained once by both, one after the other in this process
              gymnasium adapter). SB3: RL Zoo's Pendulum-v1 SAC (learning_rate 1e-3, the rest SB3's defaults)
              on one `gymnasium.make("Pendulum-v1")`.
   arm-reach  our arm-reach task. Ours: sim_configs/arm-reach-sac.yaml (64 worlds). SB3: its default SAC on
-             one world through our gymnasium adapter (`robo_rl.gym.TaskGymEnv`), with the action space
-             narrowed to our preset's `policy.action_bound` so both explore the same range.
+             one world through our gymnasium adapter (`robo_rl.gym.TaskGymEnv`), with our preset's task
+             settings (its `env` section: the same rewards) and the action space narrowed to our preset's
+             `policy.action_bound` so both explore the same range.
 
 Both learners get the same budget of env steps (`--budget-scale` scales them) and are evaluated every
 `1/EVALS_PER_BUDGET` of it on the same fresh evaluation worlds (same seed, one deterministic episode each,
@@ -161,7 +162,7 @@ def sb3_env(case: Case, cfg: TrainConfig):
         return env, lambda a: (a - center) / half  # our adapter maps [-1, 1] onto the Box
     from robo_rl.gym import TaskGymEnv
 
-    env = TaskGymEnv(cfg.task, seed=cfg.seed)
+    env = TaskGymEnv(cfg.task, config=load_yaml(REPO / "sim_configs" / case.preset).get("env"), seed=cfg.seed)
     bound = float(cfg.policy.action_bound) or float(env.action_space.high[0])
     env = gymnasium.Wrapper(env)
     env.action_space = gymnasium.spaces.Box(-bound, bound, env.action_space.shape, np.float32)

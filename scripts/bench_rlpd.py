@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_rlpd_") as tmp:
         for name, rlpd in (("SAC", False), ("RLPD", True)):
             run_dir = Path(tmp) / name.lower()
-            curves[name] = train(args, name, learner_config(args, run_dir, rlpd), run_dir, demos if rlpd else None)
-    cfg = learner_config(args, Path(tmp) / "x", False)
-    steps = args.iterations * cfg.algo.num_steps_per_env * cfg.sim.num_envs
+            cfg = learner_config(args, run_dir, rlpd)
+            curves[name] = train(args, name, cfg, run_dir, demos if rlpd else None)
+    steps = args.iterations * cfg.algo.num_steps_per_env * cfg.sim.num_envs  # the same for both
     print(f"\narm-pick-place success ({args.eval_episodes} evaluation episodes) after {steps:,} env steps each")
     print(f"{'iteration':>10s}{'SAC':>10s}{'RLPD':>10s}")
     for (it, _, sac), (_, _, rlpd) in zip(curves["SAC"], curves["RLPD"], strict=True):

@@ -30,20 +30,27 @@ def run_ticks(session, n):
     assert c.mode is Mode.POLICY, c.status_line()
 
 
-def test_panda_reach_policy_on_sim_robot():
-    session = open_session(POLICIES / "panda_reach.onnx", REPO / "hardware" / "panda.yaml", realtime=False)
+def reach_distances(session, num_targets: int) -> np.ndarray:
+    """Ramp a reach policy's session to POLICY, then give it `num_targets` targets drawn (seed 0) from its
+    contract's target box, one training episode (3 s) each; the end-effector distances (num_targets,) at the ends."""
     contract = session.policy.policy.contract
     rng = np.random.default_rng(0)
     low, high = np.array(contract.extra["target_low"]), np.array(contract.extra["target_high"])
     ramp_to_policy(session)
-    robot = session.robot
     steps = round(3.0 / contract.policy_dt)  # the training episode length
     distances = []
-    for _ in range(12):
+    for _ in range(num_targets):
         target = rng.uniform(low, high)
         session.policy.commands["target_pos"] = target
         run_ticks(session, steps)
-        distances.append(np.linalg.norm(robot.read_state().ee_pos - target))
+        distances.append(np.linalg.norm(session.robot.read_state().ee_pos - target))
+    return np.array(distances)
+
+
+def test_panda_reach_policy_on_sim_robot():
+    session = open_session(POLICIES / "panda_reach.onnx", REPO / "hardware" / "panda.yaml", realtime=False)
+    contract = session.policy.policy.contract
+    distances = reach_distances(session, 12)
     trained = contract.extra["train_eval"]["ee_distance_final"]
     deployed = float(np.mean(distances))
     print(f"panda reach: deployed {deployed:.4f} m, trained {trained:.4f} m")

@@ -8,7 +8,7 @@ from robo_rl.builders import resolve_config
 from robo_rl.config import load_yaml
 from robo_rl.runner import OffPolicyRunner, make_runner
 from tests.conftest import REPO
-from tests.test_deploy_closed_loop import ramp_to_policy, run_ticks
+from tests.test_deploy_closed_loop import reach_distances
 from tests.test_learning import Recorder, mean_of
 
 ITERATIONS = 300
@@ -56,16 +56,7 @@ def test_exported_sac_policy_reaches_on_the_sim_twin_as_in_training(trained, tmp
     out = tmp_path / "sac_reach.onnx"
     contract = export_policy(run_dir, out, parity_envs=32)
     session = open_session(out, REPO / "hardware" / "panda.yaml", realtime=False)  # the real limits
-    rng = np.random.default_rng(0)
-    low, high = np.array(contract.extra["target_low"]), np.array(contract.extra["target_high"])
-    ramp_to_policy(session)
-    steps = round(3.0 / contract.policy_dt)  # the training episode length
-    distances = []
-    for _ in range(16):
-        target = rng.uniform(low, high)
-        session.policy.commands["target_pos"] = target
-        run_ticks(session, steps)
-        distances.append(np.linalg.norm(session.robot.read_state().ee_pos - target))
+    distances = reach_distances(session, 16)
     trained_distance = contract.extra["train_eval"]["ee_distance_final"]
     deployed = float(np.mean(distances))
     spread = float(np.std(distances) / np.sqrt(len(distances)))

@@ -15,21 +15,16 @@ from torch import nn
 from robo_rl.algos import EnvSpec, algorithm_configs, algorithm_entry
 from robo_rl.algos.base import Algorithm
 from robo_rl.checkpoint import load_run_checkpoint, resolve_checkpoint
-from robo_rl.config import TrainConfig, resolve_train_config
-from robo_rl.tasks import task_config_class, task_entry
+from robo_rl.config import TrainConfig, learner_device, resolve_train_config
+from robo_rl.tasks import make_env, task_config_class
 from robo_rl.tasks.base import TaskEnv
 
 
 def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = None) -> TaskEnv:
     """The task env of `cfg`: `num_envs` worlds (default cfg.sim.num_envs), seeded with `seed` (default cfg.seed)."""
-    env_cls, _ = task_entry(cfg.task)
-    return env_cls(
-        cfg.env,
-        num_envs or cfg.sim.num_envs,
-        seed=cfg.seed if seed is None else seed,
-        num_threads=cfg.sim.num_threads,
-        backend=cfg.sim.backend,
-    )
+    return make_env(cfg.task, num_envs or cfg.sim.num_envs, cfg=cfg.env, seed=cfg.seed if seed is None else seed,
+                    num_threads=cfg.sim.num_threads, backend=cfg.sim.backend, device=cfg.sim.device,
+                    nconmax=cfg.sim.nconmax, njmax=cfg.sim.njmax)
 
 
 def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
@@ -47,12 +42,12 @@ def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
 
 def build_policy(cfg: TrainConfig, env: TaskEnv) -> nn.Module:
     """The algorithm's freshly initialised policy module, sized for `env` (an ActorCritic for PPO)."""
-    return algorithm_entry(cfg.algo_name).build_policy(cfg.policy, env_spec(env, cfg.device))
+    return algorithm_entry(cfg.algo_name).build_policy(cfg.policy, env_spec(env, learner_device(cfg)))
 
 
 def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Algorithm:
     """The registered algorithm `cfg.algo_name`, training `policy` on `env`."""
-    return algorithm_entry(cfg.algo_name).build(cfg.algo, policy, env_spec(env, cfg.device), generator)
+    return algorithm_entry(cfg.algo_name).build(cfg.algo, policy, env_spec(env, learner_device(cfg)), generator)
 
 
 def resolve_config(raw: dict[str, Any], overrides: list[str] = ()) -> TrainConfig:

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -49,8 +50,17 @@ def _f(default: Any = dataclasses.MISSING, **meta: Any) -> Any:
 class SimConfig:
     """Batched physics."""
 
-    backend: str = _f("mujoco_cpu", choices=("mujoco_cpu",), note="mujoco_warp and isaaclab are not implemented yet")
-    """Physics backend: `mujoco_cpu` (threads over `mujoco.rollout`)."""
+    backend: str = _f("mujoco_cpu", choices=("mujoco_cpu", "mujoco_warp"))
+    """Physics backend: `mujoco_cpu` (float64, threads over `mujoco.rollout`) or `mujoco_warp` (MuJoCo Warp,
+    float32, on a CUDA GPU or Warp's CPU device; needs the `gpu` extra)."""
+    device: str = "cpu"
+    """Where the worlds live and step: `cpu`, or `cuda` / `cuda:N` with `mujoco_warp`. The learner follows it
+    (top-level `device: auto`)."""
+    nconmax: int | None = _f(None, ge=1, le=100_000)
+    """Contacts allocated per world by `mujoco_warp` (fixed buffers; None: the task's size, else MuJoCo Warp's
+    default). `mujoco_cpu` grows its buffers as needed and ignores it."""
+    njmax: int | None = _f(None, ge=1, le=100_000)
+    """Constraint rows allocated per world by `mujoco_warp` (None: the task's size, else MuJoCo Warp's default)."""
     num_envs: int = _f(1024, ge=1, le=MAX_NUM_ENVS)
     """Number of parallel worlds."""
     num_threads: int = _f(0, ge=0, le=1024)
@@ -183,8 +193,9 @@ class TrainConfig:
     added with `register_algorithm`); it decides the types of `algo` and `policy`."""
     seed: int = _f(0, ge=0, le=MAX_SEED)
     """Seed for torch, numpy and the environments."""
-    device: str = _f("cpu", choices=("cpu",), note="GPU training is not implemented yet")
-    """Torch device for the learner (only `cpu` for now; the field stays so configs keep their schema)."""
+    device: str = "auto"
+    """Torch device of the learner (networks, rollout storage or replay, action noise): `auto` follows
+    `sim.device`; an explicit value must equal it, since env tensors and learner tensors meet every step."""
     sim: SimConfig = field(default_factory=SimConfig)
     env: Any = None
     """The task's own config dataclass (see the task module)."""
@@ -235,6 +246,7 @@ def check_train_config(cfg: TrainConfig) -> None:
 
     An algorithm config adds its own by defining `check_sections(cfg)` (called last).
     """
+    check_devices(cfg)
     for name in ("actor_hidden_dims", "critic_hidden_dims"):
         for i, width in enumerate(getattr(cfg.policy, name, ())):
             if not 1 <= width <= MAX_HIDDEN_WIDTH:
@@ -252,6 +264,27 @@ def check_train_config(cfg: TrainConfig) -> None:
     check_sections = getattr(algo, "check_sections", None)
     if callable(check_sections):
         check_sections(cfg)
+
+
+DEVICE_PATTERN = re.compile(r"cpu|cuda(:\d+)?")
+
+
+def check_devices(cfg: TrainConfig) -> None:
+    """sim.device names a device its backend runs on, and the learner's device matches it."""
+    sim = cfg.sim.device
+    if not DEVICE_PATTERN.fullmatch(sim):
+        raise ConfigError(f"config error: sim.device = {sim!r}: allowed values are cpu, cuda, cuda:N")
+    if sim != "cpu" and cfg.sim.backend == "mujoco_cpu":
+        raise ConfigError(f"config error: sim.device = {sim!r}: the mujoco_cpu backend runs on the cpu only; "
+                          "set sim.backend=mujoco_warp to simulate on a GPU")
+    if cfg.device not in ("auto", sim):
+        raise ConfigError(f"config error: device = {cfg.device!r}: the learner must be on sim.device ({sim!r}), "
+                          "where the env's tensors are; use device=auto")
+
+
+def learner_device(cfg: TrainConfig) -> str:
+    """The torch device of the learner: sim.device unless given explicitly (they must agree)."""
+    return cfg.sim.device if cfg.device == "auto" else cfg.device
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

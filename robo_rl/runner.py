@@ -120,10 +120,11 @@ class Runner:
         torch.manual_seed(cfg.seed)  # network initialisation
         self.env = build_env(cfg)
         self.policy = build_policy(cfg, self.env)
-        self.algo = build_algorithm(cfg, self.env, self.policy, torch.Generator().manual_seed(cfg.seed + 1))
+        generator = torch.Generator(device=self.env.device).manual_seed(cfg.seed + 1)  # on the learner's device
+        self.algo = build_algorithm(cfg, self.env, self.policy, generator)
         self.iteration = 0
         self.obs = self.env.reset()
-        self.episode_return = torch.zeros(self.env.num_envs)
+        self.episode_return = torch.zeros(self.env.num_envs, device=self.env.device)
         self.recent_returns: deque[float] = deque(maxlen=200)
         self.train_time = 0.0
         self.resume_notes: list[str] = []

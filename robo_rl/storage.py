@@ -40,19 +40,20 @@ def compute_gae(
 class RolloutStorage:
     """Preallocated (T, N, ...) buffers for one PPO iteration. Observations are stored normalised."""
 
-    def __init__(self, steps: int, num_envs: int, obs_dim: int, critic_obs_dim: int, action_dim: int):
-        t, n = steps, num_envs
+    def __init__(self, steps: int, num_envs: int, obs_dim: int, critic_obs_dim: int, action_dim: int,
+                 device: torch.device | str = "cpu"):
+        t, n, z = steps, num_envs, {"device": device}
         self.steps = steps
-        self.obs = torch.zeros(t, n, obs_dim)
-        self.critic_obs = torch.zeros(t, n, critic_obs_dim)
-        self.actions = torch.zeros(t, n, action_dim)
-        self.log_probs = torch.zeros(t, n)
-        self.means = torch.zeros(t, n, action_dim)
-        self.values = torch.zeros(t, n)
-        self.rewards = torch.zeros(t, n)
-        self.dones = torch.zeros(t, n)
-        self.advantages = torch.zeros(t, n)
-        self.returns = torch.zeros(t, n)
+        self.obs = torch.zeros(t, n, obs_dim, **z)
+        self.critic_obs = torch.zeros(t, n, critic_obs_dim, **z)
+        self.actions = torch.zeros(t, n, action_dim, **z)
+        self.log_probs = torch.zeros(t, n, **z)
+        self.means = torch.zeros(t, n, action_dim, **z)
+        self.values = torch.zeros(t, n, **z)
+        self.rewards = torch.zeros(t, n, **z)
+        self.dones = torch.zeros(t, n, **z)
+        self.advantages = torch.zeros(t, n, **z)
+        self.returns = torch.zeros(t, n, **z)
         self.step = 0
 
     def minibatches(
@@ -79,7 +80,7 @@ class RolloutStorage:
         mbs: list[dict[str, Tensor]] = []
         for _ in range(epochs):
             if reshuffle or not mbs:
-                perm = torch.randperm(b_size, generator=generator)  # (B,)
+                perm = torch.randperm(b_size, generator=generator, device=generator.device)  # (B,)
                 # index_select: same rows as v[idx], ~3x cheaper than advanced indexing on CPU
                 parts = [perm[i * mb_size : (i + 1) * mb_size] for i in range(num_mini_batches)]
                 mbs = [{k: v.index_select(0, idx) for k, v in batch.items()} for idx in parts]

@@ -18,6 +18,11 @@ so the default runs 40 rounds (1-2 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test
+
+With `--backend mujoco_warp [--device cuda:0]` it compares our TaskEnv on the MuJoCo Warp backend
+with raw `mujoco_warp.step` on the same model, N, buffers, initial state and ctrl (a CUDA graph of
+the decimated steps on a GPU, plain calls on Warp's CPU device), interleaved the same way. On a GPU
+it also runs PPO on quadruped-walk-flat at `--ppo-envs` worlds and reports end-to-end env steps/s.
 """
 
 from __future__ import annotations
@@ -191,6 +196,144 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
     return rates
 
 
+class WarpOursLoop:
+    """Our TaskEnv on the MuJoCo Warp backend."""
+
+    def __init__(self, task: str, n: int, actions: torch.Tensor, device: str):
+        self.env = make_env(task, n, backend="mujoco_warp", device=device)
+        self.env.reset()
+        self.actions = [a.to(self.env.device) for a in actions]
+        self.physics_steps = n * self.env.cfg.decimation
+        self.i = 0
+
+    def run(self, k: int) -> float:
+        t = time.perf_counter()
+        for _ in range(k):
+            self.env.step(self.actions[self.i % len(self.actions)])
+            self.i += 1
+        _synchronize(self.env.device)
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class WarpRawLoop:
+    """Raw `mujoco_warp.step`, decimation calls per policy step, on its own Model and Data of the same size."""
+
+    def __init__(self, task: str, n: int, actions: torch.Tensor, device: str):
+        import mujoco_warp as mjw
+
+        from robo_rl.sim.mujoco_warp import wp
+
+        env = make_env(task, n, backend="mujoco_warp", device=device)  # the model, buffers, state and ctrl mapping
+        b, self.dec, self.mjw, self.wp = env.backend, env.cfg.decimation, mjw, wp
+        self.device = b.device
+        data = mujoco.MjData(b.model)
+        mujoco.mj_setState(b.model, data, b._init_state, mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        with wp.ScopedDevice(str(b.device)):
+            self.m = mjw.put_model(b.model)
+            self.d = mjw.put_data(b.model, data, nworld=n, nconmax=b._d.naconmax // n, njmax=b._d.njmax)
+        self.ctrl = wp.to_torch(self.d.ctrl)
+        self.ctrls = [(env.default_joint_pos.to(b.device) + env.cfg.action_scale * a.to(b.device)) for a in actions]
+        self.physics_steps = n * self.dec
+        self.graph = None
+        if b.device.type == "cuda":
+            with wp.ScopedDevice(str(b.device)), wp.ScopedCapture() as capture:
+                self._steps()
+            self.graph = capture.graph
+        self.i = 0
+        env.close()
+
+    def _steps(self) -> None:
+        for _ in range(self.dec):
+            self.mjw.step(self.m, self.d)
+
+    def run(self, k: int) -> float:
+        t = time.perf_counter()
+        for _ in range(k):
+            self.ctrl.copy_(self.ctrls[self.i % len(self.ctrls)])  # the actuators are the joints, in order
+            if self.graph is not None:
+                self.wp.capture_launch(self.graph)
+            else:
+                self._steps()
+            self.i += 1
+        _synchronize(self.device)
+        return time.perf_counter() - t
+
+    def close(self) -> None:
+        pass
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_warp(task: str, n: int, rounds: int, steps: int, device: str) -> dict[str, list[float]]:
+    """Physics steps/s of ours and raw on MuJoCo Warp, per round, taking turns as `measure` does."""
+    probe = make_env(task, 1)
+    a_dim = probe.action_dim
+    probe.close()
+    actions = 0.3 * torch.randn(16, n, a_dim, generator=torch.Generator().manual_seed(0))  # (16, N, A)
+    loops = {"ours": WarpOursLoop(task, n, actions, device), "raw": WarpRawLoop(task, n, actions, device)}
+    rates: dict[str, list[float]] = {name: [] for name in loops}
+    for _ in range(rounds):
+        for name, loop in loops.items():
+            loop.run(max(1, steps // 5))  # untimed warm-up of this loop
+            rates[name].append(loop.physics_steps * steps / loop.run(steps))
+    for loop in loops.values():
+        loop.close()
+    return rates
+
+
+def ppo_env_steps_per_s(task: str, n: int, device: str, iterations: int) -> float:
+    """End-to-end PPO (rollout + update) env steps/s on the Warp backend, after one untimed iteration."""
+    import tempfile
+
+    from robo_rl.builders import resolve_config
+    from robo_rl.runner import make_runner
+
+    cfg = resolve_config({"task": task}, [f"sim.num_envs={n}", "sim.backend=mujoco_warp", f"sim.device={device}"])
+    with tempfile.TemporaryDirectory() as tmp:
+        runner = make_runner(cfg, tmp)
+        runner._iteration()  # compiles kernels, captures the CUDA graph
+        _synchronize(torch.device(device))
+        t = time.perf_counter()
+        for _ in range(iterations):
+            runner._iteration()
+        _synchronize(torch.device(device))
+        seconds = time.perf_counter() - t
+        runner.close()
+    return iterations * cfg.algo.num_steps_per_env * n / seconds
+
+
+def main_warp(args: argparse.Namespace) -> None:
+    print(f"backend mujoco_warp on {args.device}, N={args.num_envs}, cores {CORES}")
+    print(f"medians over {args.rounds} rounds; in each round both loops run one chunk in turn")
+    targets = []
+    for task in args.tasks:
+        rates = measure_warp(task, args.num_envs, args.rounds, args.steps, args.device)
+        ratio = median_ratio(rates["ours"], [rates["raw"]])
+        q1, _, q3 = statistics.quantiles([o / r for o, r in zip(rates["ours"], rates["raw"], strict=True)], n=4)
+        print(f"\n{task}: physics steps/s (median)            ours / raw (median of per-round ratios)")
+        print(f"  ours (TaskEnv on mujoco_warp)      {statistics.median(rates['ours']):>12,.0f}")
+        print(f"  raw mujoco_warp.step               {statistics.median(rates['raw']):>12,.0f}   {ratio:.2f}"
+              f"   (per-round ratios: middle half {q1:.2f}-{q3:.2f})")
+        short = "quadruped" if task.startswith("quadruped") else "arm"
+        targets.append((f"warp_env_vs_raw_step_{short}", ratio, ">=", 0.85))
+    if torch.device(args.device).type == "cuda":
+        rate = ppo_env_steps_per_s("quadruped-walk-flat", args.ppo_envs, args.device, args.ppo_iterations)
+        print(f"\nPPO quadruped-walk-flat, {args.ppo_envs} worlds on {torch.cuda.get_device_name(args.device)}: "
+              f"{rate:,.0f} env steps/s end to end")
+        targets.append(("warp_ppo_quadruped_env_steps_per_s", rate, ">=", 150_000.0))
+    else:
+        print("\nPPO env steps/s at 4096 worlds: measured on a CUDA device only (--device cuda:0)")
+    print()
+    for name, value, op, goal in targets:
+        print(f"TARGET {name} measured={value:.3f} goal={op}{goal:g} {'PASS' if value >= goal else 'FAIL'}")
+
+
 def median_ratio(ours: list[float], others: list[list[float]]) -> float:
     """Median over rounds of ours / the fastest of `others` in the same round."""
     return statistics.median(o / max(r) for o, *r in zip(ours, *others, strict=True))
@@ -204,9 +347,18 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=40, help="rounds; each loop runs one timed chunk per round")
     p.add_argument("--gym-steps", type=int, default=1000, help="single-world env steps per gymnasium chunk")
     p.add_argument("--quick", action="store_true", help="N=256, fewer chunks, for a smoke test")
+    p.add_argument("--backend", choices=("mujoco_cpu", "mujoco_warp"), default="mujoco_cpu")
+    p.add_argument("--device", default="cpu", help="mujoco_warp: cpu (Warp's CPU device) or cuda:N")
+    p.add_argument("--ppo-envs", type=int, default=4096, help="mujoco_warp on a GPU: worlds of the PPO run")
+    p.add_argument("--ppo-iterations", type=int, default=10, help="mujoco_warp on a GPU: timed PPO iterations")
     args = p.parse_args()
     if args.quick:
         args.num_envs, args.steps, args.gym_steps, args.rounds = 256, 10, 200, 3
+    if args.backend == "mujoco_warp":
+        if args.quick:
+            args.num_envs, args.steps, args.rounds, args.ppo_envs, args.ppo_iterations = 32, 4, 3, 512, 2
+        main_warp(args)
+        return
 
     print(f"cores {CORES}, torch threads {torch.get_num_threads()}, N={args.num_envs}")
     print(f"medians over {args.rounds} rounds; in each round every loop runs one chunk in turn")

@@ -2,7 +2,7 @@
 # Set up robo_rl in ./.venv with the pinned versions of constraints.txt. Safe to run again.
 #   - system libraries for headless rendering (EGL / OSMesa) when running as root with apt;
 #   - the CPU build of torch first (an unpinned torch would pull a multi-GB CUDA build);
-#   - robo_rl in editable mode with the dev extra (tests, benchmarks' reference libraries, DDS);
+#   - robo_rl in editable mode with the dev extra (tests, benchmarks' reference libraries, DDS, MuJoCo Warp);
 #   - unitree-sdk2 without its dependencies (its IDL types are the reference for the Unitree profile).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -84,3 +84,24 @@ def test_inline_and_pooled_reset_compute_the_same_sensors(monkeypatch):
     inline, pooled = sensors_after_reset(10**6), sensors_after_reset(0)
     assert torch.equal(inline, pooled)
     assert not torch.equal(inline[1], inline[0])  # the reset worlds' sensors did change
+
+
+def test_centre_of_mass_offset_moves_a_same_frame_body():
+    """MuJoCo skips the inertial frame of bodies compiled with it equal to the body frame; an offset must count."""
+    go2 = find_asset("envs/go2.xml")
+    b = MujocoCpuBackend(go2, 2, keyframe="home")
+    foot = b.name_id("body", "FL_foot")
+    assert b.model.body_sameframe[foot] == 1  # zero ipos: the case the flag shortcuts
+    ipos = b.model_field("body_ipos")[1:]  # (1, nbody, 3)
+    ipos[0, foot, 2] = 0.05
+    b.set_model_field("body_ipos", [1], ipos)
+    import mujoco
+
+    xipos = []
+    for w in range(2):
+        m = b._models[w]
+        d = mujoco.MjData(m)
+        mujoco.mj_setState(m, d, b.state[w].numpy(), mujoco.mjtState.mjSTATE_FULLPHYSICS)
+        mujoco.mj_kinematics(m, d)
+        xipos.append(d.xipos[foot] - d.xpos[foot])
+    assert np.linalg.norm(xipos[0]) < 1e-9 and np.linalg.norm(xipos[1]) == pytest.approx(0.05)

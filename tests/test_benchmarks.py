@@ -17,6 +17,7 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=|>|<)[\d.]+ (PASS|
     "script, args, expected",
     [
         ("bench_sim.py", ["--quick", "--tasks", "arm-reach"], 2),
+        ("bench_sim.py", ["--quick", "--backend", "mujoco_warp"], 2),  # ours vs raw mujoco_warp.step, both tasks
         ("bench_ppo.py", ["--quick"], 2),  # update time and learning
         ("bench_render.py", ["--quick", "--variants"], 1),
         ("bench_gym_reference.py", ["--quick"], 1),  # our PPO on Hopper-v5 vs RL Zoo

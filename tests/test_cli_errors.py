@@ -85,8 +85,10 @@ TRAIN_MISTAKES = [
     (ARM + ["--set", "env.model=envs"], "env.model = 'envs': MJCF file"),
     (ARM + ["--set", "env.model={tmp}/broken.xml"], "MuJoCo cannot load it"),
     (ARM + ["--set", "algo.gamma=[1"], "override algo.gamma = '[1': not a valid YAML value"),
-    (ARM + ["--set", "device=cuda"], "device = 'cuda': allowed values are cpu"),
-    (ARM + ["--set", "sim.backend=mujoco_warp"], "sim.backend = 'mujoco_warp': allowed values are mujoco_cpu"),
+    (ARM + ["--set", "device=cuda"], "device = 'cuda': the learner must be on sim.device ('cpu')"),
+    (ARM + ["--set", "sim.backend=isaaclab"], "sim.backend = 'isaaclab': allowed values are mujoco_cpu, mujoco_warp"),
+    (ARM + ["--set", "sim.backend=mujoco_warp", "--set", "sim.device=cuda:0"],  # the pinned torch is a CPU build
+     "sim.device = 'cuda:0': this torch has no CUDA device"),
     (ARM + ["--num-envs", "0"], "sim.num_envs = 0: must be >= 1"),
     (ARM + ["--num-envs", "abc"], "argument --num-envs: invalid int value"),
     (ARM + ["--max-iterations", "-1"], "runner.max_iterations = -1: must be >= 1"),

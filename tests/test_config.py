@@ -124,8 +124,9 @@ def test_every_float_field_refuses_non_finite_values(task, algo, path, bad):
 @pytest.mark.parametrize(
     "override, fragment",
     [
-        ("device=cuda", "device = 'cuda': allowed values are cpu (GPU training is not implemented yet)"),
-        ("sim.backend=mujoco_warp", "allowed values are mujoco_cpu (mujoco_warp and isaaclab are not implemented"),
+        ("device=cuda", "device = 'cuda': the learner must be on sim.device ('cpu'), where the env's tensors are"),
+        ("sim.device=cuda", "sim.device = 'cuda': the mujoco_cpu backend runs on the cpu only"),
+        ("sim.backend=isaaclab", "sim.backend = 'isaaclab': allowed values are mujoco_cpu, mujoco_warp"),
         ("algo.num_mini_batches=97", "algo.num_mini_batches = 97: must be <= the batch size"),
         ("policy.actor_hidden_dims=[64, -1]", "policy.actor_hidden_dims[1] = -1: hidden widths must be 1 .. 65536"),
         ("policy.critic_hidden_dims=[100000000]", "policy.critic_hidden_dims[0] = 100000000"),

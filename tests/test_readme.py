@@ -100,8 +100,15 @@ def test_readme_train_command_resolves_its_config(args, tmp_path):
     if parsed.resume:
         return
     start = _train_config(parsed)
+    import dataclasses
+
+    import torch
+
     from robo_rl.builders import build_env
 
-    env = build_env(start.cfg, num_envs=1)  # task-level checks too (observation term names, pushes)
+    cfg = start.cfg
+    if cfg.sim.device != "cpu" and not torch.cuda.is_available():  # a GPU command: build it on Warp's CPU device
+        cfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, device="cpu"))
+    env = build_env(cfg, num_envs=1)  # task-level checks too (observation term names, pushes)
     assert env.num_envs == 1
     env.close()

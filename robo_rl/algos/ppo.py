@@ -133,11 +133,12 @@ class PPO:
         obs_dim = policy.actor[0].in_features
         critic_dim = policy.critic[0].in_features
         action_dim = policy.action_dim
-        self.storage = RolloutStorage(cfg.num_steps_per_env, num_envs, obs_dim, critic_dim, action_dim)
+        device = next(policy.parameters()).device
+        self.storage = RolloutStorage(cfg.num_steps_per_env, num_envs, obs_dim, critic_dim, action_dim, device)
         self.old_std = policy.action_std().detach().clone()  # (A,) std used for the current rollout
         # cfg.normalize_reward: running std of each world's discounted return (N,)
         self.return_normalizer = EmpiricalNormalization(1, eps=0.0) if cfg.normalize_reward else None
-        self.discounted_return = torch.zeros(num_envs)
+        self.discounted_return = torch.zeros(num_envs, device=device)
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -149,7 +150,7 @@ class PPO:
         critic_n = self.policy.critic_obs_normalizer(critic_obs)
         mean = self.policy.actor(obs_n)
         std, log_std = self.policy.action_std(), self.policy.action_log_std()
-        actions = mean + std * torch.randn(mean.shape, generator=self.generator)
+        actions = mean + std * torch.randn(mean.shape, generator=self.generator, device=mean.device)
         if t == 0:
             self.old_std = std.detach().clone()
         s.obs[t] = obs_n
@@ -201,7 +202,7 @@ class PPO:
         # Per-minibatch values are summed as tensors and read once at the end: no host sync per step
         # beyond the adaptive schedule's KL (the learning-rate decision is made on the host).
         keys = ("value_loss", "surrogate_loss", "entropy", "clip_fraction", "approx_kl")
-        totals = torch.zeros(len(keys))
+        totals = torch.zeros(len(keys), device=self.storage.values.device)
         kl_total = 0.0
         n_updates = 0
         per_minibatch = cfg.normalize_advantage and cfg.advantage_norm_per_minibatch
@@ -285,7 +286,7 @@ class PPO:
 
 def build_policy(cfg: PolicyConfig, spec: EnvSpec) -> ActorCritic:
     """A freshly initialised actor-critic sized for the env."""
-    return ActorCritic(spec.obs_dim, spec.critic_obs_dim, spec.action_dim, cfg)
+    return ActorCritic(spec.obs_dim, spec.critic_obs_dim, spec.action_dim, cfg).to(spec.device)
 
 
 def build(cfg: PPOConfig, policy: ActorCritic, spec: EnvSpec, generator: torch.Generator) -> PPO:

@@ -2,9 +2,10 @@
 
 A backend owns N worlds of one MuJoCo model. Tasks see only what is listed here: batched state as
 torch tensors on `device` (views that change in place), names resolved once to indices, stepping,
-per-world resets, per-world model fields (domain randomisation) and rendering. `mujoco_cpu` (threads
-over `mujoco.rollout`) implements it today; `mujoco_warp` will implement the same protocol, so no
-task changes when the backend does.
+per-world resets, per-world model fields (domain randomisation) and rendering. `mujoco_cpu` (float64,
+threads over `mujoco.rollout`) and `mujoco_warp` (float32 Warp arrays on a CPU or CUDA device, shared
+with torch) implement it, so no task changes when the backend does. Both keep a world's state in
+MuJoCo's `mjSTATE_FULLPHYSICS` layout, so checkpoints and initial states carry over between them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-BACKENDS: dict[str, str] = {"mujoco_cpu": "robo_rl.sim.mujoco_cpu:MujocoCpuBackend"}
+BACKENDS: dict[str, str] = {
+    "mujoco_cpu": "robo_rl.sim.mujoco_cpu:MujocoCpuBackend",
+    "mujoco_warp": "robo_rl.sim.mujoco_warp:MujocoWarpBackend",
+}
 """Backend name (the config's `sim.backend`) -> "module:class"; imported only when chosen."""
 
 
@@ -32,7 +36,7 @@ class PhysicsBackend(Protocol):
     """Column ranges of time, qpos, qvel, act, ... inside a row of `state`."""
     init_state: torch.Tensor
     """(S,) the state every world starts from (keyframe or model default)."""
-    state: torch.Tensor  # (N, S) float64, in place
+    state: torch.Tensor  # (N, S) float64 (cpu) or float32 (warp), in place
     qpos: torch.Tensor  # (N, nq) view of state
     qvel: torch.Tensor  # (N, nv) view of state
     ctrl: torch.Tensor  # (N, U)
@@ -65,7 +69,12 @@ def backend_class(name: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def make_backend(name: str, model: Any, num_envs: int, *, num_threads: int = 0,
-                 keyframe: str | None = None) -> PhysicsBackend:
-    """Build backend `name` over `model` (an MjModel) with `num_envs` worlds starting at `keyframe`."""
-    return backend_class(name)(model, num_envs, num_threads=num_threads, keyframe=keyframe)
+def make_backend(name: str, model: Any, num_envs: int, *, num_threads: int = 0, keyframe: str | None = None,
+                 device: str = "cpu", nconmax: int | None = None, njmax: int | None = None) -> PhysicsBackend:
+    """Build backend `name` over `model` (an MjModel) with `num_envs` worlds starting at `keyframe`.
+
+    device: where state lives and physics runs (`mujoco_cpu`: only "cpu"). nconmax / njmax: contacts and
+    constraint rows allocated per world by backends with fixed buffers (`mujoco_warp`; None: its default).
+    """
+    return backend_class(name)(model, num_envs, num_threads=num_threads, keyframe=keyframe, device=device,
+                               nconmax=nconmax, njmax=njmax)

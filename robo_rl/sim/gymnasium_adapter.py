@@ -130,10 +130,15 @@ class GymnasiumVecEnv:
     """Policy actions are clipped to [-1, 1] before they are mapped onto the env's Box."""
 
     def __init__(self, cfg: GymTaskConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
-                 backend: str = "mujoco_cpu"):
+                 backend: str = "mujoco_cpu", device: str = "cpu", nconmax: int | None = None,
+                 njmax: int | None = None):
         import gymnasium
         from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+        if backend != "mujoco_cpu" or str(device) != "cpu":
+            raise ConfigError(f"config error: sim.backend = {backend!r}, sim.device = {str(device)!r}: a gymnasium "
+                              f"task ({GYM_PREFIX}{cfg.id}) steps its own single-world physics on the cpu; "
+                              "use sim.backend=mujoco_cpu")
         cfg.validate()
         self.cfg = cfg
         self.task = f"{GYM_PREFIX}{cfg.id}"

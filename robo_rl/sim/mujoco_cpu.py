@@ -24,69 +24,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from robo_rl.sim.mjmodel import FULL_PHYSICS as _FULL  # first: picks a headless MUJOCO_GL, then imports mujoco
+from robo_rl.sim.mjmodel import ModelNames, default_state, load_model, mujoco, state_slices
+from robo_rl.sim.mjmodel import as_numpy as _np
+from robo_rl.sim.mjmodel import check_field as _check_field
+
+import mujoco.rollout  # noqa: E402  isort: skip
+
 if TYPE_CHECKING:
     from robo_rl.sim.render import CameraRenderer
 
+__all__ = ["MujocoCpuBackend", "load_model", "mujoco", "state_slices"]
 
-def _choose_gl_backend() -> None:
-    """MuJoCo aborts the process when rendering without MUJOCO_GL; pick a headless one if unset."""
-    if "MUJOCO_GL" in os.environ:
-        return
-    import ctypes.util
-
-    os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
-
-
-_choose_gl_backend()
-import mujoco  # noqa: E402  (MUJOCO_GL must be set before the import)
-import mujoco.rollout  # noqa: E402
-
-_FULL = mujoco.mjtState.mjSTATE_FULLPHYSICS
+_INERTIAL_FRAME_FIELDS = ("body_ipos", "body_iquat")
 _INLINE_FORWARD_MAX = 32
 """Resets of at most this many worlds recompute sensors on the calling thread instead of the pool."""
 
-_OBJ_TYPES = {
-    "joint": mujoco.mjtObj.mjOBJ_JOINT,
-    "body": mujoco.mjtObj.mjOBJ_BODY,
-    "site": mujoco.mjtObj.mjOBJ_SITE,
-    "sensor": mujoco.mjtObj.mjOBJ_SENSOR,
-    "actuator": mujoco.mjtObj.mjOBJ_ACTUATOR,
-    "geom": mujoco.mjtObj.mjOBJ_GEOM,
-    "camera": mujoco.mjtObj.mjOBJ_CAMERA,
-    "key": mujoco.mjtObj.mjOBJ_KEY,
-}
 
-
-def state_slices(model: mujoco.MjModel) -> dict[str, slice]:
-    """Column ranges of each component inside an mjSTATE_FULLPHYSICS state vector."""
-    parts = [
-        ("time", mujoco.mjtState.mjSTATE_TIME),
-        ("qpos", mujoco.mjtState.mjSTATE_QPOS),
-        ("qvel", mujoco.mjtState.mjSTATE_QVEL),
-        ("act", mujoco.mjtState.mjSTATE_ACT),
-        ("history", mujoco.mjtState.mjSTATE_HISTORY),
-        ("plugin", mujoco.mjtState.mjSTATE_PLUGIN),
-    ]
-    out, start = {}, 0
-    for name, flag in parts:
-        if int(flag) & int(_FULL) == 0:
-            continue
-        size = mujoco.mj_stateSize(model, flag)
-        out[name] = slice(start, start + size)
-        start += size
-    if start != mujoco.mj_stateSize(model, _FULL):
-        raise RuntimeError("unexpected mjSTATE_FULLPHYSICS layout in this MuJoCo version")
-    return out
-
-
-def load_model(path: str | Path) -> mujoco.MjModel:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"MJCF file {str(p)!r} does not exist")
-    return mujoco.MjModel.from_xml_path(str(p))
-
-
-class MujocoCpuBackend:
+class MujocoCpuBackend(ModelNames):
     """N worlds of one MJCF model, stepped in parallel with `mujoco.rollout` on CPU threads.
 
     Args:
@@ -94,6 +49,8 @@ class MujocoCpuBackend:
         num_envs: number of worlds N.
         num_threads: worker threads; 0 means one per CPU core.
         keyframe: name of the keyframe every world starts from (None: the model's default qpos).
+        device: must be "cpu".
+        nconmax, njmax: ignored; MuJoCo's CPU arena grows as a world needs (fixed buffers are mujoco_warp's).
     """
 
     device = torch.device("cpu")
@@ -105,7 +62,13 @@ class MujocoCpuBackend:
         *,
         num_threads: int = 0,
         keyframe: str | None = None,
+        device: str | torch.device = "cpu",
+        nconmax: int | None = None,
+        njmax: int | None = None,
     ):
+        if str(device) != "cpu":
+            raise ValueError(f"sim.device = {str(device)!r}: the mujoco_cpu backend runs on the cpu only "
+                             "(sim.backend: mujoco_warp runs on cuda devices)")
         if num_envs < 1:
             raise ValueError(f"num_envs = {num_envs}: must be >= 1")
         self.model = model if isinstance(model, mujoco.MjModel) else load_model(model)
@@ -147,44 +110,6 @@ class MujocoCpuBackend:
         self.init_state = torch.from_numpy(self._init_state)  # (S,) read-only by convention
         self._state[:] = self._init_state
         self._forward_worlds(np.arange(num_envs))
-
-    # ------------------------------------------------------------------ names, resolved once
-    def name_id(self, kind: str, name: str) -> int:
-        """Id of a named object; ValueError listing the valid names when it does not exist."""
-        if kind not in _OBJ_TYPES:
-            raise ValueError(f"object kind {kind!r}: allowed kinds are {', '.join(_OBJ_TYPES)}")
-        i = mujoco.mj_name2id(self.model, _OBJ_TYPES[kind], name)
-        if i < 0:
-            raise ValueError(f"{kind} {name!r} is not in the model; {kind}s: {', '.join(self.names(kind))}")
-        return i
-
-    def names(self, kind: str) -> list[str]:
-        count = {
-            "joint": self.model.njnt,
-            "body": self.model.nbody,
-            "site": self.model.nsite,
-            "sensor": self.model.nsensor,
-            "actuator": self.model.nu,
-            "geom": self.model.ngeom,
-            "camera": self.model.ncam,
-            "key": self.model.nkey,
-        }[kind]
-        return [mujoco.mj_id2name(self.model, _OBJ_TYPES[kind], i) or "" for i in range(count)]
-
-    def joint_qpos_index(self, names: Sequence[str]) -> torch.Tensor:
-        """qpos addresses of 1-DoF joints (hinge/slide), in the given order."""
-        return torch.tensor([int(self.model.jnt_qposadr[self.name_id("joint", n)]) for n in names])
-
-    def joint_qvel_index(self, names: Sequence[str]) -> torch.Tensor:
-        return torch.tensor([int(self.model.jnt_dofadr[self.name_id("joint", n)]) for n in names])
-
-    def actuator_index(self, names: Sequence[str]) -> torch.Tensor:
-        return torch.tensor([self.name_id("actuator", n) for n in names])
-
-    def sensor_slice(self, name: str) -> slice:
-        i = self.name_id("sensor", name)
-        adr, dim = int(self.model.sensor_adr[i]), int(self.model.sensor_dim[i])
-        return slice(adr, adr + dim)
 
     # ------------------------------------------------------------------ stepping
     def step(self, n_substeps: int = 1) -> None:
@@ -261,13 +186,10 @@ class MujocoCpuBackend:
         self._sensordata[idx] = out_sensor[:, 0]
 
     def _default_state(self, keyframe: str | None) -> np.ndarray:
-        d = self._scratch
-        mujoco.mj_resetData(self.model, d)
-        if keyframe is not None:
-            mujoco.mj_resetDataKeyframe(self.model, d, self.name_id("key", keyframe))
-            self._ctrl[:] = d.ctrl
-        out = np.empty(self.nstate)
-        mujoco.mj_getState(self.model, d, out, _FULL)
+        key = None if keyframe is None else self.name_id("key", keyframe)
+        out = default_state(self.model, self._scratch, key)
+        if key is not None:
+            self._ctrl[:] = self._scratch.ctrl
         return out
 
     # ------------------------------------------------------------------ per-world parameters
@@ -298,7 +220,12 @@ class MujocoCpuBackend:
         if vals.shape != (len(idx), *shape):
             raise ValueError(f"model field {field!r}: values have shape {vals.shape}, expected {(len(idx), *shape)}")
         for k, i in enumerate(idx.tolist()):
-            getattr(self.world_model(i), field)[...] = vals[k]
+            model = self.world_model(i)
+            getattr(model, field)[...] = vals[k]
+            if field in _INERTIAL_FRAME_FIELDS:
+                # MuJoCo's kinematics skip the inertial frame of bodies compiled "same frame" (zero ipos,
+                # identity iquat): with the flag left set, a moved centre of mass would be ignored.
+                model.body_sameframe[1:] = 0  # mjSAMEFRAME_NONE: always correct, a few flops slower
 
     # ------------------------------------------------------------------ rendering
     def render(
@@ -341,12 +268,3 @@ class MujocoCpuBackend:
         self._cameras.clear()
         self._pool.close()
 
-
-def _check_field(model: mujoco.MjModel, field: str) -> None:
-    if not isinstance(getattr(model, field, None), np.ndarray):
-        raise ValueError(f"MjModel has no array field {field!r}")
-
-
-def _np(x: torch.Tensor | np.ndarray, dtype: type = np.float64) -> np.ndarray:
-    """A numpy array of `dtype` (a view of a CPU tensor that already has it)."""
-    return np.asarray(x.numpy(force=True) if isinstance(x, torch.Tensor) else x, dtype=dtype)

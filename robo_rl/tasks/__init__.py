@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from robo_rl.config import ConfigError
 from robo_rl.sim.gymnasium_adapter import GYM_PREFIX, gym_task_entry
 from robo_rl.tasks.arm_pick_place import (
@@ -47,8 +49,12 @@ def task_config_class(name: str) -> type:
 
 
 def make_env(name: str, num_envs: int, *, cfg: Any = None, seed: int = 0, num_threads: int = 0,
-             backend: str = "mujoco_cpu") -> Any:
-    """Build a registered task with its default config (or `cfg`)."""
+             backend: str = "mujoco_cpu", device: str = "cpu", **buffers: int) -> Any:
+    """Build a registered task with its default config (or `cfg`); `buffers`: nconmax / njmax (mujoco_warp)."""
     env_cls, cfg_cls = task_entry(name)
     cfg = cfg if cfg is not None else cfg_cls()
-    return env_cls(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config error: sim.device = {device!r}: this torch has no CUDA device (a CPU build, or "
+                          "no GPU); use cpu")
+    with torch.device(device):  # every tensor the task makes lives where its backend keeps the state
+        return env_cls(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend, device=device, **buffers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -121,15 +122,14 @@ class ArmPickPlaceEnv(TaskEnv):
     def action_dim_of(cls, cfg: ArmPickPlaceConfig) -> int:
         return 3 + (cfg.ee_yaw_scale > 0) + 1
 
-    def __init__(self, cfg: ArmPickPlaceConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
-                 backend: str = "mujoco_cpu"):
+    def __init__(self, cfg: ArmPickPlaceConfig, num_envs: int, **options: Any):
         if cfg.ee_yaw_scale > 0:  # the last_action term follows the action size
             terms = list(type(self).policy_terms)
             terms[-1] = ObsTerm(name="last_action", dim=5)
             self.policy_terms = tuple(terms)
         self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame; read by _refresh
         self.goal = torch.zeros(num_envs, dtype=torch.long)  # (N,) index into cfg.cube_bodies
-        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
+        super().__init__(cfg, num_envs, **options)  # seed, backend, device, ...: see TaskEnv
         b, m = self.backend, self.backend.model
         self._cubes = self._resolve_cubes(cfg.cube_bodies)  # (C, 7) qpos and (C, 6) qvel addresses
         self.ee_pos_w = self.sensors32[:, b.sensor_slice("ee_pos")]  # (N, 3) view, refreshed in place
@@ -223,7 +223,7 @@ class ArmPickPlaceEnv(TaskEnv):
         target = torch.cat([target_xy, torch.full((k, 1), self.rest_z)], dim=-1) + self.base_pos  # (K, 3)
         self.target[ids] = target
         self.goal[ids] = goal
-        self.backend.mocap_pos[ids, 0] = target.to(torch.float64)
+        self.backend.mocap_pos[ids, 0] = target.to(self.backend.mocap_pos.dtype)
         self._set_joint_targets(q, ids)  # hold the reset pose until the first action arrives
         for buf in (self.action, self.prev_action, self.lifted):
             buf.index_fill_(0, ids, 0)

@@ -8,6 +8,7 @@ the metric is the end-effector distance at the end of the episode.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -82,10 +83,9 @@ class ArmReachEnv(TaskEnv):
     )
     critic_extra_terms = ()
 
-    def __init__(self, cfg: ArmReachConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
-                 backend: str = "mujoco_cpu"):
+    def __init__(self, cfg: ArmReachConfig, num_envs: int, **options: Any):
         self.target = torch.zeros(num_envs, 3)  # (N, 3) world frame; read by _refresh
-        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
+        super().__init__(cfg, num_envs, **options)  # seed, backend, device, ...: see TaskEnv
         self.ee_pos_w = self.sensors32[:, self.backend.sensor_slice("ee_pos")]  # (N, 3) view, refreshed in place
         self.base_pos = torch.zeros(3)  # the arm's base sits at the world origin
         # One uniform draw per reset: joint noise (J) then the target (3).
@@ -124,7 +124,7 @@ class ArmReachEnv(TaskEnv):
         self._set_joint_targets(q, ids)  # hold the reset pose until the first action arrives
         target = self.base_pos + sample[:, self.action_dim :]  # (K, 3)
         self.target[ids] = target
-        self.backend.mocap_pos[ids, 0] = target.to(torch.float64)
+        self.backend.mocap_pos[ids, 0] = target.to(self.backend.mocap_pos.dtype)
         self.action.index_fill_(0, ids, 0.0)
         self.prev_action.index_fill_(0, ids, 0.0)
         self.backend.reset(ids, qpos=qpos)

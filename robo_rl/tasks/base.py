@@ -83,6 +83,10 @@ class TaskEnv(DomainRandomization):
         num_envs: number of worlds N.
         seed: seed of the environment's own torch generator (resets, commands, noise).
         num_threads: physics worker threads (0: one per core).
+        backend: physics backend name (`robo_rl.sim.backend.BACKENDS`).
+        device: where the backend keeps state and steps ("cpu"; "cuda:N" with mujoco_warp).
+        nconmax, njmax: contacts and constraint rows per world for backends with fixed buffers
+            (mujoco_warp); None takes the task's `buffer_sizes`.
     """
 
     description = ""
@@ -101,20 +105,28 @@ class TaskEnv(DomainRandomization):
     """Task instructions; when set, the "text" group is each world's instruction index (`self.instruction`)."""
     start_grid_s = 0.2
     """Random episode starts (training) lie on this grid (s); see `reset`."""
+    buffer_sizes: dict[str, int] = {}
+    """Contacts ("nconmax") and constraint rows ("njmax") per world that the task needs on backends with
+    fixed buffers (mujoco_warp); missing keys take the backend's default for the model."""
 
     def __init__(self, cfg: Any, num_envs: int, *, seed: int = 0, num_threads: int = 0,
-                 backend: str = "mujoco_cpu"):
+                 backend: str = "mujoco_cpu", device: str = "cpu", nconmax: int | None = None,
+                 njmax: int | None = None):
         self.cfg = cfg
         self.num_envs = num_envs
+        model = self._load_model(cfg)
+        model.opt.timestep = cfg.physics_dt  # before the backend reads the model's options
         self.backend: PhysicsBackend = make_backend(
-            backend, self._load_model(cfg), num_envs, num_threads=num_threads, keyframe=self.keyframe
+            backend, model, num_envs, num_threads=num_threads, keyframe=self.keyframe, device=device,
+            nconmax=nconmax or self.buffer_sizes.get("nconmax"), njmax=njmax or self.buffer_sizes.get("njmax"),
         )
         self.device = self.backend.device
-        self.backend.model.opt.timestep = cfg.physics_dt
         self.dt = cfg.physics_dt * cfg.decimation
         self.max_episode_length = max(1, round(cfg.episode_length_s / self.dt))
         self.start_stride = min(self.max_episode_length, max(1, round(self.start_grid_s / self.dt)))  # steps
-        self.generator = torch.Generator().manual_seed(seed)
+        # On the state's device, like every tensor of the env: construct it under `torch.device(device)`
+        # (`make_env` does); on the CPU this is the same generator, so both backends draw the same states.
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self._clocks = torch.zeros(2, num_envs, dtype=torch.long)  # (2, N) both episode clocks, one add per step
         self.episode_length = self._clocks[0]  # (N,) time-out clock, random at start
         self.episode_steps = self._clocks[1]  # (N,) steps actually taken since reset
@@ -167,7 +179,7 @@ class TaskEnv(DomainRandomization):
         self._torque_limit_nominal = self.torque_limit.to(torch.float64)
         actadr = m.actuator_actadr[a]  # (J,) -1 for actuators without dynamics
         act0 = b.slices["act"].start
-        self._lag_columns = torch.from_numpy(act0 + actadr) if (actadr >= 0).all() and m.na else None  # (J,)
+        self._lag_columns = torch.tensor(act0 + actadr) if (actadr >= 0).all() and m.na else None  # (J,)
         self._base_dof = int(m.jnt_dofadr[b.name_id("joint", self.base_joint)]) if self.base_joint else 0
         self.ctrl_low = torch.tensor(m.actuator_ctrlrange[a, 0], dtype=torch.float32)
         self.ctrl_high = torch.tensor(m.actuator_ctrlrange[a, 1], dtype=torch.float32)
@@ -329,7 +341,7 @@ class TaskEnv(DomainRandomization):
         """
         if seed is not None:
             self.generator.manual_seed(seed)
-        with single_torch_thread():
+        with single_torch_thread(), torch.device(self.device):
             self._reset_ids(torch.arange(self.num_envs))
             if random_start:
                 slots = -(-self.max_episode_length // self.start_stride)  # ceil
@@ -338,7 +350,7 @@ class TaskEnv(DomainRandomization):
             return self._observe(fill_ids=torch.arange(self.num_envs))[0]
 
     def step(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, dict[str, Any]]:
-        with single_torch_thread():
+        with single_torch_thread(), torch.device(self.device):  # tensors made in a step live with the state
             return self._step(actions)
 
     def _step(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, dict[str, Any]]:
@@ -350,8 +362,8 @@ class TaskEnv(DomainRandomization):
         """
         if actions.shape != (self.num_envs, self.action_dim):
             raise ValueError(f"actions have shape {tuple(actions.shape)}; expected {(self.num_envs, self.action_dim)}")
-        if actions.dtype != torch.float32:
-            actions = actions.to(torch.float32)
+        if actions.dtype != torch.float32 or actions.device != self.device:
+            actions = actions.to(self.device, torch.float32)
         if actions.requires_grad:
             actions = actions.detach()
         actions = actions.clamp(-self.cfg.action_clip, self.cfg.action_clip)
@@ -400,7 +412,8 @@ class TaskEnv(DomainRandomization):
         columns. With them, "policy" stacks each term's last `history` values (oldest first, noise
         included) and the critic sees the clean current values.
         """
-        return self._observe()[0]
+        with torch.device(self.device):
+            return self._observe()[0]
 
     def _observe(
         self, fill_ids: Tensor | None = None, previous: dict[str, Tensor] | None = None
@@ -514,6 +527,10 @@ class TaskEnv(DomainRandomization):
         return out
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        with torch.device(self.device):
+            self._load_state_dict(state)
+
+    def _load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.backend.state.copy_(state["physics_state"])
         self.backend.ctrl.copy_(state["ctrl"])
         self.backend.sensordata.copy_(state["sensordata"])

@@ -124,14 +124,13 @@ class QuadrupedWalkRoughEnv(QuadrupedWalkEnv):
     critic_extra_terms = _critic_terms(scan_size(1.6, 1.0, 0.1))
     """The default config's critic terms (`robo-rl tasks`); an instance sizes the scan from its config."""
 
-    def __init__(self, cfg: QuadrupedWalkRoughConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
-                 backend: str = "mujoco_cpu"):
+    def __init__(self, cfg: QuadrupedWalkRoughConfig, num_envs: int, **options: Any):
         self.terrain = generate_terrain(cfg.terrain)
-        self._heights = torch.from_numpy(self.terrain.heights)  # (R, C)
-        self._origins = torch.from_numpy(self.terrain.origins).to(torch.float64)  # (L, J, 3)
+        self._heights = torch.tensor(self.terrain.heights)  # (R, C) on the default (the env's) device
+        self._origins = torch.tensor(self.terrain.origins, dtype=torch.float64)  # (L, J, 3)
         self._scan = scan_offsets(*cfg.height_scan_size, cfg.height_scan_resolution)  # (P, 2)
         self.critic_extra_terms = _critic_terms(len(self._scan))
-        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
+        super().__init__(cfg, num_envs, **options)  # seed, backend, device, ...: see TaskEnv
         t = self.terrain
         self.terrain_level = initial_terrain_levels(num_envs, *cfg.init_level_range, generator=self.generator)  # (N,)
         self.terrain_column = terrain_columns(num_envs, len(t.column_types))  # (N,) fixed per world

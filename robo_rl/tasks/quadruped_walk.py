@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -113,9 +114,8 @@ class QuadrupedWalkEnv(TaskEnv):
     )
     critic_extra_terms = (ObsTerm(name="base_lin_vel", dim=3),)
 
-    def __init__(self, cfg: QuadrupedWalkConfig, num_envs: int, *, seed: int = 0, num_threads: int = 0,
-                 backend: str = "mujoco_cpu"):
-        super().__init__(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend)
+    def __init__(self, cfg: QuadrupedWalkConfig, num_envs: int, **options: Any):
+        super().__init__(cfg, num_envs, **options)  # seed, backend, device, ...: see TaskEnv
         b = self.backend
         self._feet_touch_idx = torch.tensor([b.sensor_slice(f"{leg}_foot_touch").start for leg in GO2_LEGS])
         # Views of the float32 state, refreshed in place by the base class.

@@ -67,7 +67,7 @@ class DomainRandomization:
         s = {name: v[ids] for name, v in self.randomization.items()}
 
         def nominal(field: str) -> Tensor:
-            return torch.from_numpy(getattr(m, field).astype("float64")).expand(k, *getattr(m, field).shape)
+            return torch.tensor(getattr(m, field), dtype=torch.float64).expand(k, *getattr(m, field).shape)
 
         if "friction_scale" in s:
             b.set_model_field("geom_friction", ids, events.randomize_friction(nominal("geom_friction"),

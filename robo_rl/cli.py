@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--run-name", help="run folder name under runner.log_dir")
     t.add_argument("--resume", metavar="RUN", help="continue a run (its folder or name) from its latest checkpoint")
     t.add_argument("--video", action="store_true", help="record an evaluation video at the end")
+    t.add_argument("--dataset", metavar="PATH", help="demonstrations (a LeRobot v3.0 folder) for --algo bc")
 
     pl = sub.add_parser("play", help="run a trained policy and print its return and task metrics")
     pl.add_argument("run", metavar="RUN_OR_CHECKPOINT")
@@ -104,6 +105,24 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
     tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
 
+    rc = sub.add_parser("record", help="record demonstrations into a LeRobot v3.0 dataset")
+    rc.add_argument("--task", required=True, help="task to record in simulation")
+    rc.add_argument("--expert", action="store_true", required=True,
+                    help="record the task's scripted expert (the only source in simulation so far)")
+    rc.add_argument("--episodes", type=int, default=50)
+    rc.add_argument("--out", required=True, metavar="DIR", help="new dataset folder")
+    rc.add_argument("--cameras", nargs="*", default=[], metavar="CAMERA", help="model cameras to record")
+    rc.add_argument("--image-size", type=int, default=96, help="camera images are SIZE x SIZE")
+    rc.add_argument("--noise", type=float, default=0.0,
+                    help="std of noise on the executed (not the recorded) actions: recoveries for cloning")
+    rc.add_argument("--num-envs", type=int, default=8, help="parallel worlds")
+    rc.add_argument("--seed", type=int, default=0)
+
+    ds = sub.add_parser("dataset", help="inspect a LeRobot v3.0 dataset")
+    ds_sub = ds.add_subparsers(dest="dataset_command", required=True)
+    info = ds_sub.add_parser("info", help="episodes, frames, fps, features, and what recording reported")
+    info.add_argument("path")
+
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
 
@@ -129,9 +148,12 @@ def _overrides(args: argparse.Namespace) -> list[str]:
         ("max_iterations", "runner.max_iterations"),
         ("max_time", "runner.max_time_s"),
         ("run_name", "runner.run_name"),
+        ("dataset", "algo.dataset"),
     ):
-        value = getattr(args, flag)
+        value = getattr(args, flag, None)
         if value is not None:
+            if flag == "dataset":  # runs record where their data is, whatever the resume's working folder
+                value = str(Path(value).resolve())
             overrides.insert(0, f"{key}={value}")
     if args.video:
         overrides.insert(0, "runner.video_at_end=true")
@@ -464,6 +486,44 @@ def cmd_twin(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------- demos
+def cmd_record(args: argparse.Namespace) -> int:
+    from robo_rl.demos.sim_record import record_expert
+
+    if args.episodes < 1 or args.num_envs < 1 or not 8 <= args.image_size <= 1024 or args.noise < 0:
+        raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
+    started = time.monotonic()
+
+    def progress(n: int) -> None:
+        if sys.stdout.isatty() or n == args.episodes or n % 10 == 0:
+            end = "\n" if n == args.episodes or not sys.stdout.isatty() else "\r"
+            print(f"recorded {n}/{args.episodes} episodes ({time.monotonic() - started:.0f} s)", end=end, flush=True)
+
+    try:
+        summary = record_expert(args.task, args.episodes, args.out, num_envs=args.num_envs, cameras=args.cameras,
+                                image_size=args.image_size, seed=args.seed, action_noise=args.noise,
+                                progress=progress)
+    except ValueError as exc:
+        raise UserError(f"record: {exc}") from None
+    print(f"dataset {args.out}: {summary['episodes']} episodes, {summary['frames']} frames, expert success "
+          f"{summary['success_rate']:.2f}, dropped frames {summary['dropped']}")
+    return 0
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from robo_rl.demos.dataset import DatasetReader
+
+    reader = DatasetReader(args.path)
+    info = reader.meta.info
+    print(f"{args.path}: LeRobot {info['codebase_version']}, {reader.num_episodes} episodes, {reader.num_frames} "
+          f"frames at {reader.fps:g} fps, robot {info.get('robot_type') or '-'}, tasks {len(reader.meta.tasks)}")
+    for key, spec in reader.features.items():
+        names = spec.get("names")
+        shown = f" ({', '.join(map(str, names[:4]))}{', ...' if len(names) > 4 else ''})" if names else ""
+        print(f"  {key:<32} {spec['dtype']:<8} {spec['shape']}{shown}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
     from robo_rl.tasks import TASKS, make_env
@@ -496,12 +556,12 @@ def task_summary(env) -> list[str]:
 
 
 COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "twin": cmd_twin,
-            "tasks": cmd_tasks}
+            "record": cmd_record, "dataset": cmd_dataset, "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("train", "play", "export"):
+    if args.command in ("train", "play", "export", "record"):
         from robo_rl.sim import set_training_process_defaults
 
         set_training_process_defaults()  # before anything imports torch

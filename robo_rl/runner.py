@@ -187,8 +187,8 @@ class Runner:
             stop: called after each iteration (outside `train_time`, e.g. to evaluate the policy); training
                 ends early, after saving a checkpoint, when it returns True.
         """
-        cfg, env = self.cfg.runner, self.env
-        steps = self.cfg.algo.num_steps_per_env
+        cfg = self.cfg.runner
+        samples = self._samples_per_iteration()
         last: dict[str, float] = {}
         if self.iteration < cfg.max_iterations and (bad := non_finite_step(self.obs)):
             raise self._diverged(bad)
@@ -203,7 +203,7 @@ class Runner:
 
             last = {f"Loss/{k}": v for k, v in stats.items()}
             last.update({k: sum(v) / len(v) for k, v in episode_logs.items()})
-            last["Perf/steps_per_s"] = steps * env.num_envs / (t2 - t0)
+            last["Perf/steps_per_s"] = samples / (t2 - t0)
             last["Perf/collect_s"] = collect_s
             last["Perf/update_s"] = t2 - t0 - collect_s
             if self.recent_returns:
@@ -226,6 +226,10 @@ class Runner:
     def _iteration(self) -> tuple[dict[str, float], dict[str, list[float]], float]:
         """One iteration: (loss statistics, per-step episode logs by key, seconds spent collecting)."""
         raise NotImplementedError
+
+    def _samples_per_iteration(self) -> int:
+        """What `Perf/steps_per_s` counts: env steps of all worlds (offline: demonstration samples)."""
+        return self.cfg.algo.num_steps_per_env * self.env.num_envs
 
     def _env_step(self, actions: torch.Tensor, episode_logs: dict[str, list[float]]) -> tuple:
         """Step the env, run the NaN guard, track returns and episode logs; returns what `env.step` returns."""
@@ -364,7 +368,19 @@ class OffPolicyRunner(Runner):
         )
 
 
+class OfflineRunner(Runner):
+    """Gradient steps on a fixed dataset (behaviour cloning); the env is only for evaluation and video."""
+
+    def _iteration(self) -> tuple[dict[str, float], dict[str, list[float]], float]:
+        return self.algo.update(), {}, 0.0
+
+    def _samples_per_iteration(self) -> int:
+        return self.cfg.algo.num_steps_per_env * self.cfg.algo.batch_size
+
+
 def make_runner(cfg: TrainConfig, run_dir: str | Path, **kwargs: Any) -> Runner:
-    """The runner the registered algorithm needs: `OffPolicyRunner` (which takes `demos=`) or `OnPolicyRunner`."""
-    cls = OffPolicyRunner if algorithm_entry(cfg.algo_name).off_policy else OnPolicyRunner
+    """The runner the registered algorithm needs: `OfflineRunner`, `OffPolicyRunner` (which takes `demos=`) or
+    `OnPolicyRunner`."""
+    entry = algorithm_entry(cfg.algo_name)
+    cls = OfflineRunner if entry.offline else OffPolicyRunner if entry.off_policy else OnPolicyRunner
     return cls(cfg, run_dir, **kwargs)

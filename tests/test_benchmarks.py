@@ -25,6 +25,7 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=|>|<)[\d.]+ (PASS|
         ("bench_sac.py", ["--quick", "--sb3-max-s", "5"], 2),  # our SAC vs SB3's: Pendulum, arm-reach
         ("bench_rlpd.py", ["--quick"], 1),  # RLPD vs SAC on arm-pick-place
         ("bench_sac_locomotion.py", ["--quick"], 0),  # SAC beside PPO on quadruped-walk-flat (no target)
+        ("bench_demos.py", ["--quick"], 2),  # 50 Hz recording with two cameras: drops, save blocking
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):

@@ -4,9 +4,7 @@ import pytest
 import torch
 
 from robo_rl.tasks import make_env
-from robo_rl.tasks.experts import PickPlaceExpert, ReachExpert, rollout_expert
-
-EXPERTS = {"arm-reach": ReachExpert, "arm-pick-place": PickPlaceExpert, "arm-pick-place-vision": PickPlaceExpert}
+from robo_rl.tasks.experts import EXPERTS, ReachExpert, rollout_expert
 
 
 def test_demonstrations_are_transitions_of_the_env():

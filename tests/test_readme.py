@@ -23,7 +23,7 @@ PATH_FLAGS = ("--policy", "--robot", "--config")
 def test_readme_has_its_commands():
     assert LINES[:2] == ["bash scripts/setup.sh && .venv/bin/robo-rl train --task arm-reach --video",
                          "bash scripts/setup.sh && .venv/bin/python -m pytest"]
-    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy", "twin"}
+    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy", "twin", "record", "dataset"}
 
 
 @pytest.mark.parametrize("args", ROBO_RL, ids=[" ".join(a)[:60] for a in ROBO_RL])

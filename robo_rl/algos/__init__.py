@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 
-from robo_rl.algos import ppo, sac
+from robo_rl.algos import bc, ppo, sac
 from robo_rl.algos.base import AlgorithmEntry, EnvSpec
 from robo_rl.config import ConfigError
 
 ALGORITHMS: dict[str, AlgorithmEntry] = {
     "ppo": ppo.ENTRY,
     "sac": sac.ENTRY,
+    "bc": bc.ENTRY,
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")

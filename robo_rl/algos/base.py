@@ -100,3 +100,5 @@ class AlgorithmEntry:
     """(policy config, env spec) -> a freshly initialised policy module (see `Policy`)."""
     build: Callable[[Any, nn.Module, EnvSpec, torch.Generator], Algorithm]
     """(algo config, policy module, env spec, generator) -> the algorithm."""
+    offline: bool = False
+    """True: `OfflineRunner` drives it: `update()` per iteration on a fixed dataset, the env only evaluates (BC)."""

@@ -231,3 +231,8 @@ def rollout_expert(env: Any, expert: Any, num_episodes: int, *, seed: int | None
         obs = next_obs
     cat = {k: torch.cat(v) if v else torch.zeros(0) for k, v in rows.items()}
     return Demonstrations(**cat, episode_success=torch.cat(success)[:num_episodes])
+
+
+EXPERTS: dict[str, type] = {"arm-reach": ReachExpert, "arm-pick-place": PickPlaceExpert,
+                            "arm-pick-place-vision": PickPlaceExpert}
+"""Task name -> its scripted expert class (called with the env)."""

@@ -1,0 +1,118 @@
+"""Record scripted-expert demonstrations in simulation into a LeRobot v3.0 dataset, cameras included.
+
+`record_expert` runs the task's expert in N parallel worlds (`robo_rl.tasks.experts.EXPERTS`); each world
+buffers its episode and hands it to the dataset writer when it ends, so episodes are whole and in the
+order they finish. Per frame: `observation.state` (the robot's joint positions), `observation.policy`
+(the policy observation of the task's deploy contract, what a policy trained on it sees),
+`observation.images.<camera>` for each camera asked for, `action` (the raw action, clipped),
+`next.reward`, `next.done` and `next.terminated` (a failure, not a time-out). info.json carries the
+task name and its deploy contract under "robo_rl".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from robo_rl.demos.dataset import DatasetWriter, camera, scalar, vector
+from robo_rl.tasks import make_env
+from robo_rl.tasks.base import single_torch_thread
+from robo_rl.tasks.experts import EXPERTS
+
+
+def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[str, Any]:
+    """The dataset features of `env`'s expert demos."""
+    fps = 1.0 / env.dt
+    obs_names = [f"{t.name}_{i}" for t in env.policy_terms for i in range(t.dim * t.history)]
+    features = {
+        "observation.state": vector(env.joint_names),
+        "observation.policy": vector(obs_names),
+        "action": vector([f"action_{i}" for i in range(env.action_dim)]),
+        "next.reward": scalar(),
+        "next.done": scalar("bool"),
+        "next.terminated": scalar("bool"),
+    }
+    for cam in cameras:
+        env.backend.name_id("camera", cam)  # ValueError listing the model's cameras
+        features[f"observation.images.{cam}"] = camera(image_size, image_size, fps)
+    return features
+
+
+def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 8, cameras: Sequence[str] = (),
+                  image_size: int = 96, seed: int = 0, action_noise: float = 0.0,
+                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Record `episodes` expert episodes of `task` into a new dataset `out`; returns a summary.
+
+    action_noise: std of Gaussian noise added to the actions executed (not to the ones recorded), so the
+        demonstrations also show the expert recovering from states it would not visit itself (DART);
+        behaviour cloning needs that to stay on track.
+    Returns {"episodes", "frames", "success_rate", "dropped"}; `progress(n)` is called after each episode.
+    """
+    if task not in EXPERTS:
+        raise ValueError(f"task {task!r} has no scripted expert; tasks with one: {', '.join(EXPERTS)}")
+    if episodes < 1:
+        raise ValueError(f"episodes = {episodes}: must be >= 1")
+    env = make_env(task, min(num_envs, episodes), seed=seed)
+    try:
+        expert = EXPERTS[task](env)
+        features = expert_features(env, cameras, image_size)
+        info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": "scripted expert"}}
+        writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot,
+                               extra_info=info)
+        n = env.num_envs
+        buffers: list[list[dict[str, np.ndarray]]] = [[] for _ in range(n)]
+        obs = env.reset(random_start=False)
+        expert.reset(torch.arange(n))
+        written, successes = 0, []
+        task_text = env.description or task
+        noise = torch.Generator().manual_seed(seed + 7)
+        while written < episodes:
+            with single_torch_thread():
+                action = expert(env).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
+                executed = action
+                if action_noise > 0:
+                    executed = (action + action_noise * torch.randn(action.shape, generator=noise)).clamp(
+                        -env.cfg.action_clip, env.cfg.action_clip)
+            images = {cam: env.backend.render_cameras(cam, image_size, image_size).permute(0, 2, 3, 1).cpu().numpy()
+                      for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
+            state = env.q.cpu().numpy().copy()
+            policy = obs["policy"].cpu().numpy().copy()
+            obs, reward, terminated, truncated, info = env.step(executed)
+            done = (terminated | truncated).cpu().numpy()
+            act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
+            for w in range(n):
+                frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
+                         "next.reward": rew[w], "next.done": done[w], "next.terminated": term[w]}
+                frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
+                buffers[w].append(frame)
+            ended = info["episode"]
+            if ended:
+                ids = ended["ids"].tolist()
+                for k, w in enumerate(ids):
+                    if written < episodes:
+                        for frame in buffers[w]:
+                            writer.add_frame(frame, task=task_text)
+                        writer.end_episode()
+                        successes.append(float(ended["success"][k]) if "success" in ended else float("nan"))
+                        written += 1
+                        if progress:
+                            progress(written)
+                    buffers[w] = []
+                expert.reset(ended["ids"])
+        writer.close()
+        stats = writer.stats()
+        return {"episodes": written, "frames": stats.frames_written, "success_rate": float(np.nanmean(successes)),
+                "dropped": stats.frames_dropped}
+    finally:
+        env.close()
+
+
+def json_contract(env: Any) -> Any:
+    """The env's deploy contract as plain JSON data."""
+    import json
+
+    return json.loads(env.contract.to_json())

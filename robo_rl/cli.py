@@ -105,10 +105,15 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
     tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
 
-    rc = sub.add_parser("record", help="record demonstrations into a LeRobot v3.0 dataset")
-    rc.add_argument("--task", required=True, help="task to record in simulation")
-    rc.add_argument("--expert", action="store_true", required=True,
-                    help="record the task's scripted expert (the only source in simulation so far)")
+    rc = sub.add_parser("record", help="record demonstrations into a LeRobot v3.0 dataset: a task's scripted expert "
+                                       "in simulation, or a teleoperated robot twin")
+    rc.add_argument("--task", help="with --expert: the task to record in simulation")
+    rc.add_argument("--expert", action="store_true", help="record the task's scripted expert")
+    rc.add_argument("--robot", metavar="hardware/Y.yaml", help="with --teleop: the arm whose twin is teleoperated")
+    rc.add_argument("--teleop", choices=("keyboard", "gamepad", "spacemouse"),
+                    help="end-effector teleoperation device (keys: w/s a/d r/f move, space gripper, enter ends "
+                         "the episode, q quits)")
+    rc.add_argument("--max-speed", type=float, default=0.1, help="teleop: end-effector speed at full input (m/s)")
     rc.add_argument("--episodes", type=int, default=50)
     rc.add_argument("--out", required=True, metavar="DIR", help="new dataset folder")
     rc.add_argument("--cameras", nargs="*", default=[], metavar="CAMERA", help="model cameras to record")
@@ -118,10 +123,35 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--num-envs", type=int, default=8, help="parallel worlds")
     rc.add_argument("--seed", type=int, default=0)
 
+    rp = sub.add_parser("replay", help="replay a recorded episode's joint targets on the twin, through the safety "
+                                       "filter, and compare the joints with the recording")
+    rp.add_argument("dataset")
+    rp.add_argument("--episode", type=int, default=0)
+    rp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
+    rp.add_argument("--realtime", action="store_true", help="at the recorded rate (default: as fast as possible)")
+
     ds = sub.add_parser("dataset", help="inspect a LeRobot v3.0 dataset")
     ds_sub = ds.add_subparsers(dest="dataset_command", required=True)
-    info = ds_sub.add_parser("info", help="episodes, frames, fps, features, and what recording reported")
+    info = ds_sub.add_parser("info", help="episodes, frames, fps, features")
     info.add_argument("path")
+    st = ds_sub.add_parser("stats", help="per-feature mean, std, min and max of meta/stats.json")
+    st.add_argument("path")
+    vd = ds_sub.add_parser("video", help="write one episode's camera frames to an MP4")
+    vd.add_argument("path")
+    vd.add_argument("--episode", type=int, default=0)
+    vd.add_argument("--camera", help="video feature (default: the first)")
+    vd.add_argument("--out", required=True, metavar="OUT.mp4")
+    tb = ds_sub.add_parser("to-rosbag", help="write episodes as a rosbag2 bag (JointState, commands, compressed "
+                                             "images, episode events); the import mapping goes beside it")
+    tb.add_argument("path")
+    tb.add_argument("--out", required=True, metavar="BAG")
+    tb.add_argument("--episodes", help="e.g. 0,2,5-7 (default: all)")
+    tb.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    fb = ds_sub.add_parser("from-rosbag", help="import a rosbag2 bag into a new dataset with a topic -> feature "
+                                               "mapping (YAML), resampled to the mapping's fps")
+    fb.add_argument("bag")
+    fb.add_argument("--mapping", required=True, metavar="MAPPING.yaml")
+    fb.add_argument("--out", required=True, metavar="DIR")
 
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
@@ -488,10 +518,14 @@ def cmd_twin(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- demos
 def cmd_record(args: argparse.Namespace) -> int:
-    from robo_rl.demos.sim_record import record_expert
-
+    if bool(args.expert) == bool(args.teleop) or (args.expert and not args.task) or (args.teleop and not args.robot):
+        raise UserError("record: give either --task TASK --expert (simulation) or --robot HW --teleop DEVICE")
     if args.episodes < 1 or args.num_envs < 1 or not 8 <= args.image_size <= 1024 or args.noise < 0:
         raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
+    if args.teleop:
+        return _record_teleop(args)
+    from robo_rl.demos.sim_record import record_expert
+
     started = time.monotonic()
 
     def progress(n: int) -> None:
@@ -510,10 +544,78 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record_teleop(args: argparse.Namespace) -> int:
+    from robo_rl.demos.recorder import record_teleop
+    from robo_rl.demos.teleop import DEVICES
+
+    try:
+        device = DEVICES[args.teleop]()
+    except (ImportError, OSError, ValueError) as exc:
+        raise UserError(f"record: teleop device {args.teleop}: {exc}") from None
+    print("teleoperating the twin: w/s a/d r/f move the hand, space toggles the gripper, enter ends the episode, "
+          "q quits", flush=True)
+    try:
+        report = record_teleop(args.robot, args.out, device, cameras=tuple(args.cameras), image_size=args.image_size,
+                               max_speed=args.max_speed, status=lambda line: print(line, flush=True))
+    except (ValueError, RuntimeError) as exc:
+        raise UserError(f"record: {exc}") from None
+    finally:
+        if hasattr(device, "close"):
+            device.close()
+    print(f"dataset {args.out}: {report['episodes']} episodes, {report['frames']} frames, dropped {report['dropped']}, "
+          f"{report['rate_hz']:.1f} Hz")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from robo_rl.demos.replay import replay_episode
+
+    try:
+        out = replay_episode(args.dataset, args.episode, args.robot, realtime=args.realtime)
+    except (ValueError, RuntimeError) as exc:
+        raise UserError(f"replay: {exc}") from None
+    gap = np.abs(out["q"][:-1] - out["recorded"][1:]).max(axis=1) if len(out["q"]) > 1 else np.zeros(1)
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(out["interventions"].items())) or "none"
+    print(f"replayed episode {args.episode}: {len(out['q'])} ticks; joints vs the recording: max "
+          f"{gap.max():.2e} rad, last second {gap[-50:].max():.2e} rad; safety filter interventions: {shown}")
+    return 0
+
+
 def cmd_dataset(args: argparse.Namespace) -> int:
     from robo_rl.demos.dataset import DatasetReader
 
+    if args.dataset_command in ("to-rosbag", "from-rosbag"):
+        from robo_rl.demos import rosbag
+
+        try:
+            if args.dataset_command == "to-rosbag":
+                print(rosbag.cmd_to_rosbag(args.path, args.out, args.episodes, args.storage))
+            else:
+                print(rosbag.cmd_from_rosbag(args.bag, args.mapping, args.out))
+        except ValueError as exc:
+            raise UserError(f"dataset {args.dataset_command}: {exc}") from None
+        return 0
     reader = DatasetReader(args.path)
+    if args.dataset_command == "stats":
+        import json
+
+        stats = json.loads((reader.root / "meta" / "stats.json").read_text())
+        for key, st in stats.items():
+            def fmt(name: str, st: dict = st) -> str:
+                return np.array2string(np.asarray(st[name]).reshape(-1)[:6], precision=3, separator=" ")
+            print(f"{key:<32} mean {fmt('mean')} std {fmt('std')} min {fmt('min')} max {fmt('max')}")
+        return 0
+    if args.dataset_command == "video":
+        from robo_rl.video import write_mp4
+
+        key = args.camera or (reader.video_keys[0] if reader.video_keys else None)
+        if key not in reader.video_keys:
+            raise UserError(f"dataset video: {args.path} has no camera {key!r}; cameras: "
+                            f"{', '.join(reader.video_keys) or 'none'}")
+        frames = reader.episode(args.episode)[key]
+        write_mp4(args.out, list(frames), reader.fps)
+        print(f"{args.out}: episode {args.episode}, {len(frames)} frames of {key} at {reader.fps:g} fps")
+        return 0
     info = reader.meta.info
     print(f"{args.path}: LeRobot {info['codebase_version']}, {reader.num_episodes} episodes, {reader.num_frames} "
           f"frames at {reader.fps:g} fps, robot {info.get('robot_type') or '-'}, tasks {len(reader.meta.tasks)}")
@@ -556,7 +658,7 @@ def task_summary(env) -> list[str]:
 
 
 COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "twin": cmd_twin,
-            "record": cmd_record, "dataset": cmd_dataset, "tasks": cmd_tasks}
+            "record": cmd_record, "replay": cmd_replay, "dataset": cmd_dataset, "tasks": cmd_tasks}
 
 
 def main(argv: list[str] | None = None) -> int:

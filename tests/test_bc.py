@@ -108,6 +108,14 @@ def test_record_with_cameras_and_dataset_info_commands(cli, tmp_path):
     assert info.returncode == 0, info.stderr
     assert "LeRobot v3.0, 2 episodes, 800 frames at 50 fps" in info.stdout
     assert "observation.images.track         video    [64, 64, 3]" in info.stdout
+    stats = cli("dataset", "stats", str(out))
+    assert stats.returncode == 0 and stats.stdout.startswith("observation.state")
+    video = cli("dataset", "video", str(out), "--episode", "1", "--camera", "observation.images.scene", "--out",
+                str(tmp_path / "ep1.mp4"))
+    assert video.returncode == 0 and "400 frames of observation.images.scene at 50 fps" in video.stdout
+    from robo_rl.demos.dataset import count_video_frames
+
+    assert count_video_frames(tmp_path / "ep1.mp4") == 400
     bad = cli("record", "--task", "arm-pick-place", "--expert", "--cameras", "wrist", "--out", str(tmp_path / "b"))
     assert bad.returncode == 2 and "camera 'wrist' is not in the model" in bad.stderr
     assert cli("dataset", "info", str(tmp_path)).returncode == 2

@@ -14,6 +14,7 @@ rosbags_typesys = pytest.importorskip("rosbags.typesys", reason="needs rosbags (
 
 import cyclonedds.pub  # noqa: E402
 
+from robo_rl.demos.rosbag import message_types  # noqa: E402
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
@@ -28,24 +29,7 @@ GO2 = load_hardware(REPO / "hardware" / "go2.yaml")
 
 def rosbags_types(store) -> tuple[rm.MessageTypes, object]:
     ts = rosbags_typesys.get_typestore(store)
-    t = ts.types
-    types = rm.MessageTypes(
-        Time=t["builtin_interfaces/msg/Time"], Duration=t["builtin_interfaces/msg/Duration"],
-        Header=t["std_msgs/msg/Header"], JointState=t["sensor_msgs/msg/JointState"], Imu=t["sensor_msgs/msg/Imu"],
-        Quaternion=t["geometry_msgs/msg/Quaternion"], Vector3=t["geometry_msgs/msg/Vector3"],
-        Twist=t["geometry_msgs/msg/Twist"], Point=t["geometry_msgs/msg/Point"],
-        PointStamped=t["geometry_msgs/msg/PointStamped"], Pose=t["geometry_msgs/msg/Pose"],
-        PoseStamped=t["geometry_msgs/msg/PoseStamped"], MultiArrayDimension=t["std_msgs/msg/MultiArrayDimension"],
-        MultiArrayLayout=t["std_msgs/msg/MultiArrayLayout"], Float64MultiArray=t["std_msgs/msg/Float64MultiArray"],
-        Float32MultiArray=t["std_msgs/msg/Float32MultiArray"], JointTrajectory=t["trajectory_msgs/msg/JointTrajectory"],
-        JointTrajectoryPoint=t["trajectory_msgs/msg/JointTrajectoryPoint"], Bool=t["std_msgs/msg/Bool"],
-        String=t["std_msgs/msg/String"], KeyValue=t["diagnostic_msgs/msg/KeyValue"],
-        DiagnosticStatus=t["diagnostic_msgs/msg/DiagnosticStatus"],
-        DiagnosticArray=t["diagnostic_msgs/msg/DiagnosticArray"],
-        float64_array=lambda a: np.asarray(a, dtype=np.float64),
-        float32_array=lambda a: np.asarray(a, dtype=np.float32),
-    )
-    return types, ts
+    return message_types(ts), ts
 
 
 def _command(n: int) -> JointCommand:

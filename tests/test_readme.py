@@ -23,7 +23,8 @@ PATH_FLAGS = ("--policy", "--robot", "--config")
 def test_readme_has_its_commands():
     assert LINES[:2] == ["bash scripts/setup.sh && .venv/bin/robo-rl train --task arm-reach --video",
                          "bash scripts/setup.sh && .venv/bin/python -m pytest"]
-    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy", "twin", "record", "dataset"}
+    assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy", "twin", "record", "replay",
+                                             "dataset"}
 
 
 @pytest.mark.parametrize("args", ROBO_RL, ids=[" ".join(a)[:60] for a in ROBO_RL])
@@ -64,10 +65,12 @@ def test_readme_ros_commands_name_what_the_package_has():
     for line in ros:
         words = shlex.split(line.split("&&")[-1])
         if words[:2] == ["ros2", "launch"]:
-            assert words[2] == names.PACKAGE and (REPO / "ros_ws/src/robo_rl_ros/launch" / words[3]).is_file(), line
+            launch_file = REPO / "ros_ws/src/robo_rl_ros/launch" / words[3]
+            assert words[2] == names.PACKAGE and launch_file.is_file(), line
+            declared = set(re.findall(r'DeclareLaunchArgument\(\s*"(\w+)"', launch_file.read_text()))
             for arg in words[4:]:
                 key, value = arg.split(":=")
-                assert key in names.LAUNCH_ARGUMENTS + ("command_interface",), line
+                assert key in declared, line
                 assert key not in ("robot", "policy") or (REPO / value).is_file(), line
         elif words[:3] == ["ros2", "service", "call"]:
             node, service = words[3].rsplit("/", 1)

@@ -28,7 +28,8 @@ LAUNCH_FILES = sorted((PKG / "launch").glob("*.launch.py"))
 MODULES = sorted((PKG / "robo_rl_ros").glob("*.py"))
 TESTS = sorted((PKG / "test").glob("*.py"))
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
-NOT_ROS = {"robo_rl", "robo_rl_ros", "numpy", "yaml", "pytest"}  # pip / package-local, not ROS packages
+NOT_ROS = {"robo_rl", "robo_rl_ros", "numpy", "yaml", "pytest",  # pip / package-local, not ROS packages
+           "rosbags", "cv2"}  # installed with robo_rl[demos] (cv2 is also rosdep's python3-opencv, declared)
 
 
 def tree(path: Path) -> ast.Module:
@@ -72,14 +73,15 @@ def test_package_xml_is_format_3_with_every_ros_dependency():
     for path in TESTS:
         missing = imported_roots(path) - STDLIB - NOT_ROS - exec_deps - test_deps
         assert not missing, f"{path.name} imports {missing} missing from package.xml"
-    assert {"python3-numpy", "python3-yaml", "rclpy", "launch_ros", "std_srvs", "lifecycle_msgs"} <= exec_deps
+    assert {"python3-numpy", "python3-yaml", "python3-opencv", "rclpy", "launch_ros", "std_srvs",
+            "lifecycle_msgs"} <= exec_deps
 
 
 def test_setup_installs_nodes_where_ros2_run_finds_them():
     cfg = (PKG / "setup.cfg").read_text()
     assert "script_dir=$base/lib/robo_rl_ros" in cfg and "install_scripts=$base/lib/robo_rl_ros" in cfg
     setup = (PKG / "setup.py").read_text()
-    for script in ("policy_node", "sim_robot_node"):
+    for script in ("policy_node", "sim_robot_node", "demo_recorder_node"):
         assert f"{script} = {{PACKAGE}}.{script}:main" in setup
         module = tree(PKG / "robo_rl_ros" / f"{script}.py")
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in module.body)
@@ -195,4 +197,4 @@ def test_launch_testing_test_skips_here_with_its_reason():
     out = subprocess.run([sys.executable, "-m", "pytest", str(PKG / "test"), "-q", "-rs", "-p", "no:cacheprovider"],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 5, out.stdout + out.stderr  # pytest's "no test ran": the module skipped itself
-    assert "1 skipped" in out.stdout and "needs ROS 2 (rclpy): run with `colcon test`" in out.stdout
+    assert f"{len(TESTS)} skipped" in out.stdout and "needs ROS 2 (rclpy): run with `colcon test`" in out.stdout

@@ -524,7 +524,9 @@ class DatasetWriter:
     def __enter__(self) -> DatasetWriter:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:  # a failure inside the block: its half-recorded episode is not an episode
+            self.discard_episode()
         self.close()
 
     def _stop_worker(self) -> None:

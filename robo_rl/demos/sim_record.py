@@ -5,7 +5,9 @@ buffers its episode and hands it to the dataset writer when it ends, so episodes
 order they finish. Per frame: `observation.state` (the robot's joint positions), `observation.policy`
 (the policy observation of the task's deploy contract, what a policy trained on it sees),
 `observation.images.<camera>` for each camera asked for, `action` (the raw action, clipped),
-`next.reward`, `next.done` and `next.terminated` (a failure, not a time-out). info.json carries the
+`command.joint_position` (the joint position targets that action set, what a robot is sent and
+`robo_rl.demos.replay` replays), `next.reward`, `next.done` and `next.terminated` (a failure, not a
+time-out). info.json carries the
 task name and its deploy contract under "robo_rl".
 """
 
@@ -32,6 +34,7 @@ def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[s
         "observation.state": vector(env.joint_names),
         "observation.policy": vector(obs_names),
         "action": vector([f"action_{i}" for i in range(env.action_dim)]),
+        "command.joint_position": vector(env.joint_names),
         "next.reward": scalar(),
         "next.done": scalar("bool"),
         "next.terminated": scalar("bool"),
@@ -81,12 +84,14 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
                       for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
             state = env.q.cpu().numpy().copy()
             policy = obs["policy"].cpu().numpy().copy()
+            targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
             obs, reward, terminated, truncated, info = env.step(executed)
             done = (terminated | truncated).cpu().numpy()
             act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
             for w in range(n):
                 frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
-                         "next.reward": rew[w], "next.done": done[w], "next.terminated": term[w]}
+                         "command.joint_position": targets[w], "next.reward": rew[w], "next.done": done[w],
+                         "next.terminated": term[w]}
                 frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
                 buffers[w].append(frame)
             ended = info["episode"]

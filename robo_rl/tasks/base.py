@@ -238,6 +238,13 @@ class TaskEnv(DomainRandomization):
             out[:, joints] = term.targets(action[:, cols], self.q[:, joints], prev)
         return out
 
+    def joint_targets(self, actions: Tensor) -> Tensor:
+        """(N, J) joint position targets that raw actions (N, A) would set now (clipped as `step` clips them,
+        before any action latency): what a robot is commanded, for recording and replay."""
+        with torch.device(self.device):
+            return self._action_targets(actions.to(self.device, torch.float32).clamp(-self.action_clip,
+                                                                                     self.action_clip))
+
     @classmethod
     def action_dim_of(cls, cfg: Any) -> int:
         """Raw action columns A of the task with config `cfg`, without building it (for `robo-rl tasks`)."""

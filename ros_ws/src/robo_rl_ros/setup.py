@@ -20,13 +20,14 @@ setup(
     zip_safe=True,
     maintainer="robo_rl maintainers",
     maintainer_email="robo-rl@example.org",
-    description="ROS 2 lifecycle policy node and sim-twin node for robo_rl policies",
+    description="ROS 2 lifecycle policy node, sim-twin node and demonstration recorder for robo_rl policies",
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
             f"policy_node = {PACKAGE}.policy_node:main",
             f"sim_robot_node = {PACKAGE}.sim_robot_node:main",
+            f"demo_recorder_node = {PACKAGE}.demo_recorder_node:main",
         ],
     },
 )

@@ -1,0 +1,122 @@
+"""Open-loop replay of a recorded episode's joint targets on the twin, always through the deploy core's safety filter.
+
+`replay_episode` loads the hardware file, connects the sim twin, ramps it (RAMP, through the filter) to
+the episode's first recorded joint positions, then runs POLICY with a `ReplayPolicy` that sends one
+recorded target per tick at the dataset's rate; every command passes the safety filter (limits,
+velocity and torque guards), as a policy's would. Targets are the dataset's `command.joint_position`
+(sim expert recordings) or its `action` (robot recordings, where the action is the commanded
+target), matched to the robot's joints by name. Gains are the recording's deploy contract's when the
+dataset carries one (`info.json` "robo_rl"), else the hardware file's.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from robo_rl.demos.dataset import DatasetError, DatasetReader
+
+
+class ReplayPolicy:
+    """The Controller's PolicyStep protocol over recorded targets (T, D) of joints `names`; holds the last one."""
+
+    def __init__(self, targets: np.ndarray, names: list[str], hw: Any, kp: np.ndarray | None = None,
+                 kd: np.ndarray | None = None):
+        self.targets = np.asarray(targets, dtype=np.float64)
+        self.robot_index = hw.index_of(names)  # (D,) robot position of each recorded joint
+        self.hw = hw
+        n = len(hw.joint_names)
+        self.kp, self.kd = np.array(hw.kp, dtype=np.float64), np.array(hw.kd, dtype=np.float64)
+        if kp is not None:
+            self.kp[self.robot_index] = kp
+            self.kd[self.robot_index] = kd
+        self.t = 0
+        self._n = n
+
+    @property
+    def done(self) -> bool:
+        return self.t >= len(self.targets)
+
+    def reset(self) -> None:
+        self.t = 0
+
+    def __call__(self, state: Any) -> np.ndarray:
+        q = np.empty(self._n)
+        q[self.hw.index_of(state.joint_names)] = state.q  # joints the recording does not drive hold still
+        q[self.robot_index] = self.targets[min(self.t, len(self.targets) - 1)]
+        self.t += 1
+        return q
+
+
+def episode_targets(reader: DatasetReader, episode: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
+    """(targets (T, D), joint names) of an episode: command.joint_position, else action."""
+    key = "command.joint_position" if "command.joint_position" in reader.features else "action"
+    names = reader.features[key].get("names")
+    if not names:
+        raise DatasetError(f"{reader.root}: feature {key!r} has no joint names to replay by")
+    return episode[key], list(names)
+
+
+def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, realtime: bool = False,
+                   transport: str = "sim") -> dict[str, Any]:
+    """Replay episode `index` on the twin; returns {"q": (T, D) joint positions after each tick, "recorded":
+    (T, D) the episode's observation.state, "interventions": safety-filter counts, "names": joints}."""
+    from robo_rl.deploy.controller import Controller
+    from robo_rl.deploy.hardware import load_hardware
+    from robo_rl.deploy.session import make_robot
+    from robo_rl.deploy.state_machine import Mode
+
+    if transport != "sim":
+        raise ValueError(f"replay: transport {transport!r}: only the sim twin is supported so far")
+    reader = DatasetReader(dataset)
+    ep = reader.episode(index, images=False)
+    targets, names = episode_targets(reader, ep)
+    hw = load_hardware(hardware)
+    contract = reader.meta.info.get("robo_rl", {}).get("contract", {})
+    kp = kd = None
+    if contract and list(contract.get("joint_names", [])) == names:
+        kp, kd = np.array(contract["kp"]), np.array(contract["kd"])
+    fps = reader.fps
+    robot = make_robot(transport, hw, 1.0 / fps, realtime=realtime, physics_dt=contract.get("physics_dt"))
+    try:
+        policy = ReplayPolicy(targets, names, hw, kp, kd)
+        start = np.empty(len(hw.joint_names))
+        state_names = reader.features["observation.state"].get("names") or names
+        first = robot.read_state()
+        start[hw.index_of(first.joint_names)] = first.q
+        start[hw.index_of(list(state_names))] = ep["observation.state"][0]
+        clock = time.monotonic if realtime else (lambda: robot.time)
+        c = Controller(robot, hw, policy, start, rate_hz=fps, clock=clock)
+        q_index = hw.index_of(names)
+        replayed = []
+        c.on_tick = lambda now, state, cmd: replayed.append(state.q[q_index].copy()) if c.mode is Mode.POLICY else None
+        c.request_ramp()
+        for _ in range(round(60 * fps)):  # RAMP and READY: at most a minute
+            c.tick(clock()) if not realtime else c.tick(time.monotonic())
+            if c.mode is Mode.READY:
+                break
+            if realtime:
+                time.sleep(1.0 / fps)
+        if c.mode is not Mode.READY:
+            raise RuntimeError(f"replay: the twin never became READY ({c.status_line()})")
+        c.start_policy()
+        replayed.clear()
+        period = 1.0 / fps
+        next_t = time.monotonic()
+        while not policy.done:
+            c.tick(clock())
+            if c.mode is not Mode.POLICY:
+                raise RuntimeError(f"replay stopped at tick {policy.t}: {c.last_fault} ({c.last_error})")
+            if realtime:
+                next_t += period
+                time.sleep(max(0.0, next_t - time.monotonic()))
+        final = robot.read_state()
+        after = np.stack(replayed[1:] + [final.q[q_index]]) if replayed else np.zeros((0, len(names)))
+        c.shutdown()
+        return {"q": after, "recorded": ep["observation.state"], "names": names,
+                "interventions": dict(c.intervention_counts)}
+    finally:
+        robot.close()

@@ -1,0 +1,260 @@
+"""Teleoperation of an arm's end-effector: keyboard, gamepad (evdev or sensor_msgs/Joy), SpaceMouse.
+
+Every device gives a `TeleopInput` each control tick: an end-effector velocity in the robot base frame
+(each axis in [-1, 1] of `max_speed`), a gripper request and episode events. `EeTeleopPolicy` turns it
+into joint targets: damped least squares on the arm's kinematic chain (the numpy chain of the deploy
+core, built from the twin's MJCF) holding the end-effector's orientation, so the Controller sends it
+through the same safety filter as a policy's. The device mappings are pure functions of the raw device
+state (tested); the device classes only read hardware:
+
+    keyboard   w/s: +x/-x, a/d: +y/-y, r/f: +z/-z, space: toggle gripper, enter: end the episode, q: quit
+    gamepad    left stick: x/y, right stick vertical: z, A (south): toggle gripper, start: end the episode
+    SpaceMouse translation: x/y/z, left button: toggle gripper, right button: end the episode
+"""
+
+from __future__ import annotations
+
+import select
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from robo_rl.deploy.actions import dls_step, limit_step, orientation_error
+from robo_rl.deploy.kinematics import SerialChain
+
+KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
+"""Keyboard key -> (axis, direction) of the end-effector velocity."""
+KEY_HOLD_S = 0.15
+"""A key counts as held this long after its last press (terminals repeat held keys every ~30-50 ms)."""
+
+
+@dataclass(frozen=True)
+class TeleopInput:
+    velocity: np.ndarray  # (3,) in [-1, 1], base frame x, y, z
+    toggle_gripper: bool = False
+    end_episode: bool = False
+    quit: bool = False
+
+
+# ---------------------------------------------------------------------------------------------- mappings
+def keyboard_input(held: Iterable[str], pressed: Iterable[str] = ()) -> TeleopInput:
+    """Keys held now (velocity) and keys pressed since the last tick (events)."""
+    v = np.zeros(3)
+    for key in held:
+        if key in KEYS:
+            axis, sign = KEYS[key]
+            v[axis] += sign
+    pressed = set(pressed)
+    return TeleopInput(np.clip(v, -1, 1), " " in pressed, "\n" in pressed or "\r" in pressed, "q" in pressed)
+
+
+def deadzone(x: float, zone: float) -> float:
+    """0 inside +-zone, rescaled to reach +-1 at +-1 outside it."""
+    if abs(x) <= zone:
+        return 0.0
+    return float(np.sign(x) * (abs(x) - zone) / (1.0 - zone))
+
+
+def gamepad_input(axes: Mapping[str, float], pressed: Iterable[str] = (), zone: float = 0.1) -> TeleopInput:
+    """Normalised stick axes in [-1, 1] (evdev names ABS_X, ABS_Y, ABS_RY; y axes point down) and buttons."""
+    v = np.array([-deadzone(axes.get("ABS_Y", 0.0), zone), -deadzone(axes.get("ABS_X", 0.0), zone),
+                  -deadzone(axes.get("ABS_RY", 0.0), zone)])
+    pressed = set(pressed)
+    return TeleopInput(v, "BTN_SOUTH" in pressed, "BTN_START" in pressed, "BTN_MODE" in pressed)
+
+
+def joy_input(axes: Sequence[float], buttons: Sequence[int], previous: Sequence[int] = (),
+              zone: float = 0.1) -> TeleopInput:
+    """sensor_msgs/Joy (the usual layout: axes 0/1 left stick, 4 right stick vertical; buttons 0 A, 7 start).
+
+    ROS joystick drivers report up as +1, so no sign flips; events are buttons that went down since `previous`.
+    """
+    def axis(i: int) -> float:
+        return deadzone(float(axes[i]), zone) if i < len(axes) else 0.0
+
+    def went_down(i: int) -> bool:
+        return i < len(buttons) and bool(buttons[i]) and not (i < len(previous) and previous[i])
+
+    return TeleopInput(np.array([axis(1), axis(0), axis(4)]), went_down(0), went_down(7), went_down(8))
+
+
+def spacemouse_input(x: float, y: float, z: float, buttons: Sequence[int], previous: Sequence[int] = (),
+                     zone: float = 0.05) -> TeleopInput:
+    """A SpaceMouse's translation (pyspacemouse's state x, y, z in [-1, 1]) and its two buttons."""
+    def went_down(i: int) -> bool:
+        return i < len(buttons) and bool(buttons[i]) and not (i < len(previous) and previous[i])
+
+    v = np.array([deadzone(y, zone), -deadzone(x, zone), deadzone(z, zone)])  # device y forward = robot x
+    return TeleopInput(v, went_down(0), went_down(1))
+
+
+# ---------------------------------------------------------------------------------------------- policy
+class EeTeleopPolicy:
+    """The Controller's PolicyStep protocol: device velocity -> end-effector step -> joint targets (DLS).
+
+    Args:
+        read: returns the device's TeleopInput for this tick.
+        chain: the arm's chain description (`robo_rl.tasks.kinematics.serial_chain` of the twin's MJCF).
+        hw: the hardware spec (joint order, gains).
+        dt: control period (s).
+        max_speed: end-effector speed at full deflection (m/s).
+        gripper: (joint name, open position, closed position), or None for an arm without a hand.
+        damping, max_joint_step: DLS damping (m) and largest joint change per tick (rad).
+    """
+
+    def __init__(self, read: Any, chain: dict, hw: Any, dt: float, *, max_speed: float = 0.1,
+                 gripper: tuple[str, float, float] | None = None, damping: float = 0.05,
+                 max_joint_step: float = 0.05):
+        self.read, self.hw, self.dt, self.max_speed = read, hw, dt, max_speed
+        self.chain = SerialChain(chain)
+        self.arm_index = hw.index_of(list(self.chain.joint_names))  # (A,) robot positions of the chain joints
+        self.kp, self.kd = np.array(hw.kp, dtype=np.float64), np.array(hw.kd, dtype=np.float64)
+        self.damping, self.max_joint_step = damping, max_joint_step
+        self.gripper = gripper
+        self._gripper_index = int(hw.index_of([gripper[0]])[0]) if gripper else None
+        self._closed = False
+        self._target_rot: np.ndarray | None = None
+        self._arm_target: np.ndarray | None = None
+        self.last_input = TeleopInput(np.zeros(3))
+
+    def reset(self) -> None:
+        self._target_rot = self._arm_target = None
+
+    def __call__(self, state: Any) -> np.ndarray:
+        inp = self.read()
+        self.last_input = inp
+        q = np.empty(len(self.hw.joint_names))
+        q[self.hw.index_of(state.joint_names)] = state.q
+        # integrate from the last target, not the measured joints: a held key moves at the set speed
+        arm = q[self.arm_index] if self._arm_target is None else self._arm_target
+        _, rot, jac = self.chain.jacobian(arm)
+        if self._target_rot is None:
+            self._target_rot = rot  # hold the orientation teleoperation started with
+        step = np.clip(inp.velocity, -1, 1) * self.max_speed * self.dt  # (3,) m
+        error = np.concatenate([step, orientation_error(rot, self._target_rot)])
+        dq = limit_step(dls_step(jac, error, self.damping), self.max_joint_step)
+        self._arm_target = np.clip(arm + dq, self.chain.lower, self.chain.upper)
+        q[self.arm_index] = self._arm_target
+        if self.gripper is not None:
+            if inp.toggle_gripper:
+                self._closed = not self._closed
+            q[self._gripper_index] = self.gripper[2] if self._closed else self.gripper[1]
+        return q
+
+
+# ---------------------------------------------------------------------------------------------- devices
+class KeyboardDevice:
+    """The terminal's keys, read on a thread in cbreak mode (no Enter needed); call it once per tick."""
+
+    def __init__(self, stream: Any = None):
+        import termios
+        import tty
+
+        self.stream = stream or sys.stdin
+        if not self.stream.isatty():
+            raise ValueError("keyboard teleoperation needs a terminal (standard input is not one)")
+        self._fd = self.stream.fileno()
+        self._saved = termios.tcgetattr(self._fd)
+        tty.setcbreak(self._fd)
+        self._last_seen: dict[str, float] = {}
+        self._pressed: set[str] = set()
+        self._lock = threading.Lock()
+        self._running = True
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import os
+
+        while self._running:
+            ready, _, _ = select.select([self._fd], [], [], 0.05)
+            if ready:  # the file descriptor, not the buffered stream: select cannot see a stream's buffer
+                keys = os.read(self._fd, 64).decode(errors="ignore").lower()
+                now = time.monotonic()
+                with self._lock:
+                    for key in keys:
+                        self._last_seen[key] = now
+                        self._pressed.add(key)
+
+    def __call__(self) -> TeleopInput:
+        now = time.monotonic()
+        with self._lock:
+            held = [k for k, t in self._last_seen.items() if now - t <= KEY_HOLD_S]
+            pressed, self._pressed = self._pressed, set()
+        return keyboard_input(held, pressed)
+
+    def close(self) -> None:
+        import termios
+
+        self._running = False
+        self._thread.join(timeout=0.5)
+        termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
+
+
+class EvdevGamepad:
+    """A gamepad through Linux evdev (`pip install evdev`), read on a thread; call it once per tick."""
+
+    def __init__(self, path: str | None = None):
+        import evdev
+
+        self._evdev = evdev
+        paths = [path] if path else evdev.list_devices()
+        devices = [evdev.InputDevice(p) for p in paths]
+        pads = [d for d in devices if evdev.ecodes.EV_ABS in d.capabilities()]
+        if not pads:
+            raise ValueError("no gamepad found (evdev devices with absolute axes); pass its /dev/input/event* path")
+        self.device = pads[0]
+        self._ranges = {evdev.ecodes.ABS[code] if isinstance(evdev.ecodes.ABS[code], str) else
+                        evdev.ecodes.ABS[code][0]: (info.min, info.max)
+                        for code, info in self.device.capabilities()[evdev.ecodes.EV_ABS]}
+        self._axes: dict[str, float] = {}
+        self._pressed: set[str] = set()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        ecodes = self._evdev.ecodes
+        for event in self.device.read_loop():
+            with self._lock:
+                if event.type == ecodes.EV_ABS:
+                    name = ecodes.ABS[event.code]
+                    name = name if isinstance(name, str) else name[0]
+                    lo, hi = self._ranges.get(name, (-1, 1))
+                    self._axes[name] = 2.0 * (event.value - lo) / max(1, hi - lo) - 1.0
+                elif event.type == ecodes.EV_KEY and event.value == 1:
+                    name = ecodes.BTN.get(event.code, ecodes.KEY.get(event.code, ""))
+                    for n in (name if isinstance(name, list) else [name]):
+                        self._pressed.add(n)
+
+    def __call__(self) -> TeleopInput:
+        with self._lock:
+            axes, pressed, self._pressed = dict(self._axes), self._pressed, set()
+        return gamepad_input(axes, pressed)
+
+
+class SpaceMouseDevice:
+    """A 3Dconnexion SpaceMouse through `pyspacemouse`; call it once per tick."""
+
+    def __init__(self):
+        import pyspacemouse
+
+        if not pyspacemouse.open():
+            raise ValueError("no SpaceMouse found (pyspacemouse.open() failed)")
+        self._sm = pyspacemouse
+        self._previous: list[int] = []
+
+    def __call__(self) -> TeleopInput:
+        s = self._sm.read()
+        buttons = list(getattr(s, "buttons", []))
+        out = spacemouse_input(s.x, s.y, s.z, buttons, self._previous)
+        self._previous = buttons
+        return out
+
+
+DEVICES = {"keyboard": KeyboardDevice, "gamepad": EvdevGamepad, "spacemouse": SpaceMouseDevice}

@@ -1,0 +1,119 @@
+"""The logic of the ROS 2 `demo_recorder_node`, without ROS: sample the newest topics at a fixed rate into a dataset.
+
+Messages arrive whenever their publishers send them (callbacks call `on_joint_state`, `on_command`,
+`on_image`, `on_event`); `tick()`, called at `rate_hz` by the node's timer, turns the newest value of
+each stream into one frame (the resampling a bag import does: hold the last value) and hands it to a
+`DatasetWriter` without waiting (a full queue drops the frame and counts it). Joints are matched by
+name. Episodes follow the policy node's `~/episode_events` (JSON with "kind": start, then success,
+failure or reset end it); with `use_events=False` one episode runs from the first complete frame to
+`close()`. Frames start once every stream (joint state, command, each camera) has a first message.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from robo_rl.demos.dataset import DatasetWriter
+from robo_rl.deploy import ros_messages as rm
+
+END_KINDS = ("success", "failure", "reset")
+
+
+class TopicRecorder:
+    """See the module docstring.
+
+    Args:
+        writer: the dataset (features from `robo_rl.demos.recorder.robot_features`).
+        hw: the robot's HardwareSpec (joint order of the dataset, command decoding).
+        command_interface: how commands are sent (`robo_rl.deploy.ros_interface.COMMAND_INTERFACES`).
+        cameras: camera names, as in the features (`observation.images.<name>`).
+        task: the task string of every episode.
+        use_events: follow episode events (else one episode from the first frame).
+    """
+
+    def __init__(self, writer: DatasetWriter, hw: Any, command_interface: str, cameras: Sequence[str] = (), *,
+                 task: str = "demonstration", use_events: bool = True):
+        self.writer, self.hw, self.interface, self.task = writer, hw, command_interface, task
+        self.cameras = list(cameras)
+        self.use_events = use_events
+        self.recording = not use_events
+        self._lock = threading.Lock()
+        self._q: np.ndarray | None = None
+        self._dq: np.ndarray | None = None
+        self._target: np.ndarray | None = None
+        self._images: dict[str, np.ndarray] = {}
+        self.frames = self.dropped = self.episodes = 0
+        self._open = False  # frames added since the last end_episode
+
+    # ------------------------------------------------------------------ callbacks (any thread)
+    def on_joint_state(self, msg: Any) -> None:
+        """A JointState in any joint order; joints the robot does not have (a hand's, say) are ignored."""
+        names, q, dq, _tau, _stamp = rm.read_joint_state(msg)
+        mine = [i for i, n in enumerate(names) if n in self.hw.joint_names]
+        if not mine:
+            raise ValueError(f"joint_states: none of {self.hw.robot}'s joints (got {', '.join(names)})")
+        index = self.hw.index_of([names[i] for i in mine])
+        with self._lock:
+            if self._q is None:
+                self._q, self._dq = np.zeros(len(self.hw.joint_names)), np.zeros(len(self.hw.joint_names))
+            self._q[index] = np.asarray(q)[mine]
+            self._dq[index] = np.asarray(dq)[mine] if dq is not None and len(dq) else 0.0
+
+    def on_command(self, msg: Any) -> None:
+        command = rm.decode_command(msg, self.interface, self.hw)  # robot joint order
+        with self._lock:
+            self._target = np.asarray(command.q, dtype=np.float64).copy()
+
+    def on_image(self, camera: str, rgb: np.ndarray) -> None:
+        with self._lock:
+            self._images[camera] = rgb
+
+    def on_event(self, text: str) -> None:
+        try:
+            kind = json.loads(text).get("kind")
+        except (ValueError, AttributeError):
+            return
+        if not self.use_events:
+            return
+        if kind == "start":
+            self._end()
+            self.recording = True
+        elif kind in END_KINDS:
+            self._end()
+            self.recording = False
+
+    # ------------------------------------------------------------------ timer
+    def tick(self) -> bool:
+        """Record one frame of the newest values; False when not recording, incomplete, or dropped."""
+        if not self.recording:
+            return False
+        with self._lock:
+            if self._q is None or self._target is None or any(c not in self._images for c in self.cameras):
+                return False
+            frame = {"observation.state": self._q.copy(), "observation.velocity": self._dq.copy(),
+                     "action": self._target.copy(),
+                     **{f"observation.images.{c}": self._images[c] for c in self.cameras}}
+        if self.writer.add_frame(frame, task=self.task, block=False):
+            self.frames += 1
+            self._open = True
+            return True
+        self.dropped += 1
+        return False
+
+    def _end(self) -> None:
+        if self._open:
+            self.writer.end_episode()
+            self.episodes += 1
+            self._open = False
+
+    def close(self) -> None:
+        self._end()
+        self.writer.close()
+
+    def report(self) -> dict[str, int]:
+        return {"frames": self.frames, "dropped": self.dropped, "episodes": self.episodes}

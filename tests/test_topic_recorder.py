@@ -1,0 +1,72 @@
+"""The ROS 2 recorder node's logic with real ROS 2 message classes (rosbags'): newest values at a fixed rate."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from robo_rl.demos.dataset import DatasetReader, DatasetWriter
+from robo_rl.demos.recorder import robot_features
+from robo_rl.demos.rosbag import message_types
+from robo_rl.demos.topic_recorder import TopicRecorder
+from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.hardware import load_hardware
+from robo_rl.deploy.robot import JointCommand
+from tests.conftest import REPO
+
+rosbags_typesys = pytest.importorskip("rosbags.typesys")
+PANDA = load_hardware(REPO / "hardware" / "panda.yaml")
+TYPES = message_types(rosbags_typesys.get_typestore(rosbags_typesys.Stores.ROS2_HUMBLE))
+
+
+def joint_state(q: np.ndarray, order: list[int]):
+    names = [PANDA.joint_names[i] for i in order] + ["extra_joint"]
+    return rm.joint_state_message(TYPES, names, np.append(q[order], 9.0), np.append(q[order] * 0.1, 9.0),
+                                  np.zeros(len(names)), 0.0)
+
+
+def command(q: np.ndarray):
+    n = len(q)
+    cmd = JointCommand(PANDA.joint_names, q, np.zeros(n), np.array(PANDA.kp), np.array(PANDA.kd), np.zeros(n))
+    return rm.encode_command(TYPES, "pd_targets", cmd, 0.02)
+
+
+def test_frames_hold_the_newest_values_by_name_and_episodes_follow_events(tmp_path):
+    writer = DatasetWriter(tmp_path / "ros", fps=50, features=robot_features(PANDA.joint_names, {"front": (8, 8)}, 50))
+    rec = TopicRecorder(writer, PANDA, "pd_targets", ["front"], task="ros demo")
+    assert not rec.tick()  # not recording before a start event
+    rec.on_event(json.dumps({"kind": "start", "episode": 1, "time": 0.0}))
+    q = np.linspace(-1, 1, 7)
+    rec.on_joint_state(joint_state(q, [3, 0, 6, 1, 5, 2, 4]))  # shuffled joint order plus an extra joint
+    assert not rec.tick()  # no command and no image yet: no frame
+    rec.on_command(command(q + 0.1))
+    rec.on_image("front", np.full((8, 8, 3), 7, np.uint8))
+    for _ in range(3):
+        assert rec.tick()  # held values, one frame per tick
+    rec.on_joint_state(joint_state(q + 0.5, list(range(7))))
+    assert rec.tick()
+    rec.on_event(json.dumps({"kind": "success", "episode": 1, "time": 1.0}))
+    assert not rec.tick()
+    rec.on_event(json.dumps({"kind": "start", "episode": 2, "time": 2.0}))
+    assert rec.tick() and rec.tick()
+    rec.close()
+    assert rec.report() == {"frames": 6, "dropped": 0, "episodes": 2}
+    reader = DatasetReader(tmp_path / "ros")
+    ep = reader.episode(0)
+    assert [e["length"] for e in reader.meta.episodes] == [4, 2]
+    assert np.allclose(ep["observation.state"][:3], q, atol=1e-6)  # reordered by name, extra joint ignored
+    assert np.allclose(ep["observation.velocity"][0], q * 0.1, atol=1e-6)
+    assert np.allclose(ep["observation.state"][3], q + 0.5, atol=1e-6)
+    assert np.allclose(ep["action"], q + 0.1, atol=1e-6)
+    assert reader.meta.tasks == ["ros demo"]
+
+
+def test_unknown_joint_is_a_clear_error(tmp_path):
+    writer = DatasetWriter(tmp_path / "ros", fps=50, features=robot_features(PANDA.joint_names, {}, 50))
+    rec = TopicRecorder(writer, PANDA, "pd_targets", use_events=False)
+    bad = rm.joint_state_message(TYPES, ["jointX"], np.zeros(1), np.zeros(1), np.zeros(1), 0.0)
+    with pytest.raises(ValueError, match="joint_states: none of panda's joints \\(got jointX\\)"):
+        rec.on_joint_state(bad)
+    rec.close()

@@ -21,16 +21,15 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # the twin's cameras render headless 
 
 import argparse  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from bench_deploy import start_loop  # noqa: E402  (scripts/, next to this file)
 
 from robo_rl.demos.dataset import DatasetReader, DatasetWriter  # noqa: E402
 from robo_rl.demos.recorder import RecordingRobot, SimCameras, robot_features  # noqa: E402
 from robo_rl.deploy.session import open_session  # noqa: E402
-from robo_rl.deploy.state_machine import Mode  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CAMERAS = ("track", "scene")
@@ -56,15 +55,7 @@ def recording_run(root: Path | None, seconds: float, episode_s: float) -> tuple[
     session = open_session(REPO / "policies" / "panda_reach.onnx", REPO / "hardware" / "panda.yaml", realtime=True,
                            wrap_robot=wrap)
     c = session.controller
-    c.period = 1.0 / RATE
-    stop = threading.Event()
-    worker = threading.Thread(target=c.run, kwargs={"stop_event": stop}, daemon=True)
-    c.request_ramp()
-    worker.start()
-    while c.mode is not Mode.READY:
-        time.sleep(0.01)
-    c.start_policy()
-    c.reset_stats()
+    stop, worker = start_loop(session, RATE)
     rec = holder.get("rec")
     ticks0 = c.ticks
     if rec is not None:

@@ -49,9 +49,9 @@ def inference_latency(policy_path: Path, calls: int) -> np.ndarray:
     return out
 
 
-def loop_jitter(policy: str, robot: str, rate_hz: float, seconds: float, with_policy: bool) -> dict[str, float]:
-    """Controller timing statistics at `rate_hz` over `seconds`, measured after the soft start."""
-    session = open_session(REPO / "policies" / f"{policy}.onnx", REPO / "hardware" / f"{robot}.yaml", realtime=True)
+def start_loop(session, rate_hz: float, with_policy: bool = True) -> tuple[threading.Event, threading.Thread]:
+    """Run the session's controller at `rate_hz` on a thread: RAMP, READY, then POLICY (or hold READY);
+    returns (stop event, thread) once there, with the timing statistics reset."""
     c = session.controller
     c.period = 1.0 / rate_hz
     stop = threading.Event()
@@ -63,6 +63,14 @@ def loop_jitter(policy: str, robot: str, rate_hz: float, seconds: float, with_po
     if with_policy:
         c.start_policy()
     c.reset_stats()
+    return stop, worker
+
+
+def loop_jitter(policy: str, robot: str, rate_hz: float, seconds: float, with_policy: bool) -> dict[str, float]:
+    """Controller timing statistics at `rate_hz` over `seconds`, measured after the soft start."""
+    session = open_session(REPO / "policies" / f"{policy}.onnx", REPO / "hardware" / f"{robot}.yaml", realtime=True)
+    c = session.controller
+    stop, worker = start_loop(session, rate_hz, with_policy)
     time.sleep(seconds)
     stats = c.stats()
     fault = c.last_fault

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage
 
@@ -25,7 +24,7 @@ from robo_rl.demos.topic_recorder import TopicRecorder
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import load_hardware
-from robo_rl_ros.messages import CLASSES, qos
+from robo_rl_ros.messages import CLASSES, qos, spin_until_shutdown
 
 PARAMETERS = {"hardware_config": "hardware/panda.yaml", "dataset_path": "demos/ros", "rate_hz": 50.0,
               "command_interface": "pd_targets", "camera_topics": [""], "image_size": 96,
@@ -117,15 +116,7 @@ class _BagWriter:
 def main(args=None) -> None:
     rclpy.init(args=args)
     node = DemoRecorderNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    spin_until_shutdown(node, node.close)
 
 
 if __name__ == "__main__":

@@ -61,3 +61,19 @@ def qos(spec: QosSpec) -> QoSProfile:
         history=HistoryPolicy.KEEP_LAST,
         depth=spec.depth,
     )
+
+
+def spin_until_shutdown(node, close) -> None:
+    """Spin `node` until Ctrl-C or shutdown, then `close()` it (its own cleanup), destroy it and shut rclpy down."""
+    import rclpy
+    from rclpy.executors import ExternalShutdownException
+
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        close()
+        node.destroy_node()
+        if rclpy.ok():
+            rclpy.shutdown()

@@ -13,7 +13,6 @@ import threading
 import time
 
 import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from robo_rl.assets import find_asset
@@ -21,7 +20,7 @@ from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.transports.sim import SimRobot
-from robo_rl_ros.messages import CLASSES, message_types, qos
+from robo_rl_ros.messages import CLASSES, message_types, qos, spin_until_shutdown
 
 PARAMETERS = {"hardware_config": "hardware/go2.yaml", "command_interface": "pd_targets", "rate_hz": 200.0,
               "physics_dt": 0.0}
@@ -89,15 +88,7 @@ class SimRobotNode(Node):
 def main(args=None) -> None:
     rclpy.init(args=args)
     node = SimRobotNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        node.destroy_node()
-        if rclpy.ok():
-            rclpy.shutdown()
+    spin_until_shutdown(node, node.close)
 
 
 if __name__ == "__main__":

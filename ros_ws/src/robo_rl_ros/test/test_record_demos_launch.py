@@ -1,8 +1,9 @@
 """launch_testing: record_demos.launch.py with the policy node and the twin records POLICY ticks into a dataset.
 
 Configure, activate and start the policy node, let it run, stop it; after shutdown the recorder's
-dataset holds the episode's joint states and commands (the policy node's episode events start it). Needs a sourced ROS 2 workspace
-with robo_rl installed (pip install "robo_rl[train,demos]"); run with `colcon test`. Without ROS 2 the
+dataset holds the episode's joint states and commands (the policy node's episode events start it).
+Needs a sourced ROS 2 workspace with robo_rl installed (pip install "robo_rl[train,demos]"); run with
+`colcon test`. Without ROS 2 the
 module is skipped: its logic is tested without ROS (tests/test_topic_recorder.py).
 """
 

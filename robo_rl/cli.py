@@ -90,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
                                                 "or pd_targets (default: the hardware file's, else pd_targets)")
     dp.add_argument("--dry-run", action="store_true", help="dds transport: run everything but send no command")
     dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
+    dp.add_argument("--record", metavar="DIR", help="sim transport: record every POLICY tick (joints, commands) "
+                                                    "into a new dataset")
     dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
                     help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
                          "operator; repeatable, summed)")
@@ -136,10 +138,13 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("path")
     st = ds_sub.add_parser("stats", help="per-feature mean, std, min and max of meta/stats.json")
     st.add_argument("path")
-    vd = ds_sub.add_parser("video", help="write one episode's camera frames to an MP4")
+    vd = ds_sub.add_parser("video", help="write one episode's camera frames to an MP4, or (--render) re-render its "
+                                         "joint states on the robot's twin")
     vd.add_argument("path")
     vd.add_argument("--episode", type=int, default=0)
-    vd.add_argument("--camera", help="video feature (default: the first)")
+    vd.add_argument("--camera", help="video feature (default: the first); with --render: a camera of the twin "
+                                     "(default: track)")
+    vd.add_argument("--render", metavar="hardware/Y.yaml", help="re-render the recorded joints on this robot's twin")
     vd.add_argument("--out", required=True, metavar="OUT.mp4")
     tb = ds_sub.add_parser("to-rosbag", help="write episodes as a rosbag2 bag (JointState, commands, compressed "
                                              "images, episode events); the import mapping goes beside it")
@@ -434,6 +439,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
+    if args.transport == "dds" and args.record:
+        raise UserError("--record: only with --transport sim so far (over DDS, record with the ROS 2 "
+                        "demo_recorder_node or wrap the robot in robo_rl.demos.recorder.RecordingRobot)")
     if args.transport == "dds":
         return _deploy_dds(args, wanted)
     dds_only = [flag for flag, given in (("--domain-id", args.domain_id != 0), ("--dry-run", args.dry_run),
@@ -442,11 +450,19 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                          ("--reward", bool(args.rewards))) if given]
     if dds_only:
         raise UserError(f"{', '.join(dds_only)}: only with --transport dds (got --transport {args.transport})")
+    wrap, holder = None, {}
+    if args.record:
+        from robo_rl.demos.recorder import recording_wrapper
+
+        wrap, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}")
     try:
         session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise,
-                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware)
+                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware, wrap_robot=wrap)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    rec = holder.get("rec")
+    if rec is not None:
+        rec.gate = lambda: session.controller.mode is Mode.POLICY
     contract = session.policy.policy.contract
     commands = session.policy.commands
     print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
@@ -456,6 +472,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     c = session.controller
     print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
           f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
+    if rec is not None:
+        rec.writer.close()  # commits the episode still open
+        r = rec.report()
+        print(f"recorded {r['frames']} frames into {args.record}, dropped {r['dropped']}", flush=True)
     fault = c.state_machine.fault_reason or ("estop" if c.mode is Mode.ESTOP else None)
     if fault is not None:
         detail = f": {c.last_error}" if c.last_error else ""
@@ -604,6 +624,17 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             def fmt(name: str, st: dict = st) -> str:
                 return np.array2string(np.asarray(st[name]).reshape(-1)[:6], precision=3, separator=" ")
             print(f"{key:<32} mean {fmt('mean')} std {fmt('std')} min {fmt('min')} max {fmt('max')}")
+        return 0
+    if args.dataset_command == "video" and args.render:
+        from robo_rl.demos.replay import render_episode
+        from robo_rl.video import write_mp4
+
+        try:
+            frames, fps = render_episode(args.path, args.episode, args.render, camera=args.camera or "track")
+        except ValueError as exc:
+            raise UserError(f"dataset video: {exc}") from None
+        write_mp4(args.out, frames, fps)
+        print(f"{args.out}: episode {args.episode} re-rendered on the twin, {len(frames)} frames at {fps:g} fps")
         return 0
     if args.dataset_command == "video":
         from robo_rl.video import write_mp4

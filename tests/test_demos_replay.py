@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetReader, DatasetWriter
-from robo_rl.demos.recorder import RecordingRobot, robot_features
+from robo_rl.demos.dataset import DatasetReader
+from robo_rl.demos.recorder import recording_wrapper
 from robo_rl.demos.replay import replay_episode
 from robo_rl.demos.sim_record import record_expert
 from robo_rl.deploy.session import open_session
@@ -17,27 +17,20 @@ PANDA = REPO / "hardware" / "panda.yaml"
 
 def record_policy_on_twin(root, ticks: int, target) -> dict:
     """The Panda reach policy on the (fast) twin, every POLICY tick recorded by RecordingRobot."""
-    holder = {}
-
-    def wrap(robot):
-        writer = DatasetWriter(root, fps=50, features=robot_features(robot.hw.joint_names, {}, 50))
-        holder.update(rec=RecordingRobot(robot, writer, task="reach", recording=False), writer=writer)
-        return holder["rec"]
-
+    wrap, holder = recording_wrapper(root, task="reach")
     session = open_session(REPO / "policies" / "panda_reach.onnx", PANDA, realtime=False, wrap_robot=wrap)
-    c = session.controller
+    rec, c = holder["rec"], session.controller
+    rec.gate = lambda: c.mode is Mode.POLICY
     c.request_ramp()
     while c.mode is not Mode.READY:
         c.tick(session.robot.time)
     c.start_policy()
     session.policy.commands["target_pos"] = np.asarray(target)
-    holder["rec"].start()
     for _ in range(ticks):
         c.tick(session.robot.time)
-    holder["rec"].end_episode()
-    holder["writer"].close()
+    rec.writer.close()
     session.robot.close()
-    return holder["rec"].report()
+    return rec.report()
 
 
 def test_an_episode_recorded_on_the_twin_replays_to_the_same_states(tmp_path):
@@ -67,3 +60,29 @@ def test_replay_command_reports_the_gap(tmp_path, cli):
     assert "replayed episode 0: 60 ticks" in done.stdout and gap < 1e-5
     bad = cli("replay", str(tmp_path / "rec"), "--episode", "3", "--robot", str(PANDA))
     assert bad.returncode == 2 and "episode 3: the dataset has 1 episodes" in bad.stderr
+
+
+def test_episode_re_renders_on_the_twin(tmp_path, cli):
+    record_policy_on_twin(tmp_path / "rec", 30, [0.5, 0.2, 0.3])
+    done = cli("dataset", "video", str(tmp_path / "rec"), "--render", str(PANDA), "--out", str(tmp_path / "r.mp4"))
+    assert done.returncode == 0 and "re-rendered on the twin, 30 frames at 50 fps" in done.stdout, done.stderr
+    from robo_rl.demos.replay import render_episode
+
+    frames, _ = render_episode(tmp_path / "rec", 0, PANDA, width=64, height=48)
+    assert len(frames) == 30 and frames[0].shape == (48, 64, 3)
+    assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).mean() > 0.5  # the arm moved in the picture
+
+
+def test_deploy_records_its_policy_ticks_and_they_replay(tmp_path, cli):
+    """`robo-rl deploy --record` on the real-time twin (3 s soft start, then POLICY), then `robo-rl replay`."""
+    done = cli("deploy", "--policy", str(REPO / "policies" / "panda_reach.onnx"), "--robot", str(PANDA),
+               "--duration", "4.5", "--target", "0.5,0.1,0.4", "--record", str(tmp_path / "dep"))
+    assert done.returncode == 0, done.stderr
+    frames = int(done.stdout.split("recorded ")[1].split(" frames")[0])
+    assert 40 <= frames <= 80 and "dropped 0" in done.stdout  # ~1.5 s of POLICY at 50 Hz
+    replay = cli("replay", str(tmp_path / "dep"), "--robot", str(PANDA))
+    assert replay.returncode == 0, replay.stderr
+    assert float(replay.stdout.split("max ")[1].split(" rad")[0]) < 1e-4  # real-time recording, fast replay: 4e-7
+    bad = cli("deploy", "--policy", str(REPO / "policies" / "panda_reach.onnx"), "--robot", str(PANDA),
+              "--transport", "dds", "--record", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "--record: only with --transport sim" in bad.stderr

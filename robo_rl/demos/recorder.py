@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,10 +47,14 @@ class RecordingRobot:
     """
 
     def __init__(self, robot: Any, writer: DatasetWriter, *, task: str, cameras: Mapping[str, Camera] | None = None,
-                 recording: bool = True):
+                 recording: bool = True, gate: Callable[[], bool] | None = None):
         self.robot, self.writer, self.task = robot, writer, task
         self.cameras = dict(cameras or {})
         self.recording = recording
+        self.gate = gate
+        """Frames are recorded only while gate() is true (e.g. the controller is in POLICY); when it turns
+        false after frames were recorded, the episode ends."""
+        self._open = False
         self._last_state: Any = None
         self._frames = 0
         self._dropped = 0
@@ -67,6 +72,10 @@ class RecordingRobot:
 
     def send_command(self, command: Any) -> None:
         self.robot.send_command(command)
+        if self.recording and self.gate is not None and not self.gate():
+            if self._open:
+                self.end_episode()
+            return
         if not self.recording or self._last_state is None:
             return
         state = self._last_state
@@ -76,6 +85,7 @@ class RecordingRobot:
             frame[f"observation.images.{name}"] = grab()
         if self.writer.add_frame(frame, task=self.task, block=False):
             self._frames += 1
+            self._open = True
         else:
             self._dropped += 1
         now = time.monotonic()
@@ -89,6 +99,7 @@ class RecordingRobot:
         """Close the episode recorded so far (the save runs on the writer's thread)."""
         t = time.perf_counter()
         self.writer.end_episode()
+        self._open = False
         self.save_block_s.append(time.perf_counter() - t)
 
     def report(self) -> dict[str, float]:
@@ -199,6 +210,21 @@ class LatestFrameCamera:
         self._running = False
         self._thread.join(timeout=1.0)
         self._cap.release()
+
+
+def recording_wrapper(root: str | Path, *, task: str) -> tuple[Callable[[Any], RecordingRobot], dict]:
+    """(wrap_robot for `open_session`, holder): the wrapped robot records every tick into a new dataset at
+    `root` (the robot's joints, the commands); holder["rec"] is the RecordingRobot once wrapped."""
+    holder: dict[str, Any] = {}
+
+    def wrap(robot: Any) -> RecordingRobot:
+        hw = robot.hw
+        writer = DatasetWriter(root, fps=hw.control_rate_hz, robot_type=hw.robot,
+                               features=robot_features(hw.joint_names, {}, hw.control_rate_hz))
+        holder["rec"] = RecordingRobot(robot, writer, task=task)
+        return holder["rec"]
+
+    return wrap, holder
 
 
 def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str = "teleoperation",

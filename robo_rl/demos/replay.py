@@ -120,3 +120,46 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
                 "interventions": dict(c.intervention_counts)}
     finally:
         robot.close()
+
+
+def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, camera: str = "track",
+                   width: int = 320, height: int = 240) -> tuple[list[np.ndarray], float]:
+    """A re-render of episode `index`'s recorded joint positions on the twin's MJCF: (RGB frames, fps).
+
+    Each frame puts the twin's joints at the recorded `observation.state` (by name; other joints and free
+    bodies stay at the model's keyframe) and draws `camera`. Needs MUJOCO_GL=egl or osmesa headless.
+    """
+    from robo_rl.deploy.hardware import load_hardware
+    from robo_rl.sim.mjmodel import mujoco  # picks a headless MUJOCO_GL before mujoco loads
+
+    reader = DatasetReader(dataset)
+    ep = reader.episode(index, images=False)
+    names = reader.features["observation.state"].get("names")
+    if not names:
+        raise DatasetError(f"{reader.root}: observation.state has no joint names to render by")
+    hw = load_hardware(hardware)
+    sim = hw.transport.get("sim") or {}
+    if "model" not in sim:
+        raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
+    from robo_rl.assets import find_asset
+
+    model = mujoco.MjModel.from_xml_path(str(find_asset(sim["model"], what="sim twin model")))
+    data = mujoco.MjData(model)
+    if sim.get("keyframe"):
+        mujoco.mj_resetDataKeyframe(model, data, mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, sim["keyframe"]))
+    adr = []
+    for name in names:
+        j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        if j < 0:
+            raise DatasetError(f"joint {name!r} of the recording is not in the twin's model")
+        adr.append(int(model.jnt_qposadr[j]))
+    if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
+        raise ValueError(f"camera {camera!r} is not in the twin's model")
+    frames = []
+    with mujoco.Renderer(model, height=height, width=width) as renderer:
+        for q in ep["observation.state"]:
+            data.qpos[adr] = q
+            mujoco.mj_forward(model, data)
+            renderer.update_scene(data, camera=camera)
+            frames.append(renderer.render().copy())
+    return frames, reader.fps

@@ -90,8 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                                                 "or pd_targets (default: the hardware file's, else pd_targets)")
     dp.add_argument("--dry-run", action="store_true", help="dds transport: run everything but send no command")
     dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
-    dp.add_argument("--record", metavar="DIR", help="sim transport: record every POLICY tick (joints, commands) "
-                                                    "into a new dataset")
+    dp.add_argument("--record", metavar="DIR", help="record every POLICY tick (joints, commands) into a new dataset")
     dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
                     help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
                          "operator; repeatable, summed)")
@@ -131,6 +130,10 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--episode", type=int, default=0)
     rp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
     rp.add_argument("--realtime", action="store_true", help="at the recorded rate (default: as fast as possible)")
+    rp.add_argument("--transport", default="sim", choices=("sim", "dds"),
+                    help="sim: the twin in-process; dds: a robot or `robo-rl twin` (real time; the replay starts "
+                         "when the operator types start + Enter once the first pose is held)")
+    rp.add_argument("--domain-id", type=int, default=0, help="dds transport: DDS domain (ROS_DOMAIN_ID)")
 
     ds = sub.add_parser("dataset", help="inspect a LeRobot v3.0 dataset")
     ds_sub = ds.add_subparsers(dest="dataset_command", required=True)
@@ -439,9 +442,6 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
-    if args.transport == "dds" and args.record:
-        raise UserError("--record: only with --transport sim so far (over DDS, record with the ROS 2 "
-                        "demo_recorder_node or wrap the robot in robo_rl.demos.recorder.RecordingRobot)")
     if args.transport == "dds":
         return _deploy_dds(args, wanted)
     dds_only = [flag for flag, given in (("--domain-id", args.domain_id != 0), ("--dry-run", args.dry_run),
@@ -503,7 +503,8 @@ def _deploy_dds(args: argparse.Namespace, wanted: dict[str, np.ndarray]) -> int:
                                dry_run=args.dry_run, reset_module=args.reset_module, rewards=tuple(args.rewards),
                                allow_unsafe_hardware=args.allow_unsafe_hardware)
         _stop_on_signals()
-        runtime = run_dds_deploy(config, domain_id=args.domain_id, duration_s=args.duration, commands=wanted)
+        runtime = run_dds_deploy(config, domain_id=args.domain_id, duration_s=args.duration, commands=wanted,
+                                 record=args.record)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     c = runtime.controller
@@ -590,8 +591,14 @@ def _record_teleop(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from robo_rl.demos.replay import replay_episode
 
+    def confirm() -> bool:
+        print("holding the episode's first pose: type start + Enter to replay (anything else stops)", flush=True)
+        return sys.stdin.readline().strip() == "start"
+
     try:
-        out = replay_episode(args.dataset, args.episode, args.robot, realtime=args.realtime)
+        out = replay_episode(args.dataset, args.episode, args.robot, realtime=args.realtime,
+                             transport=args.transport, domain_id=args.domain_id,
+                             confirm=confirm if args.transport == "dds" else None)
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"replay: {exc}") from None
     gap = np.abs(out["q"][:-1] - out["recorded"][1:]).max(axis=1) if len(out["q"]) > 1 else np.zeros(1)

@@ -11,7 +11,9 @@ dataset carries one (`info.json` "robo_rl"), else the hardware file's.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,15 @@ class ReplayPolicy:
         return q
 
 
+def _hold(c: Any, done: threading.Event, fps: float) -> None:
+    """Tick the controller at `fps` (it holds READY) until `done` is set."""
+    next_t = time.monotonic()
+    while not done.is_set():
+        c.tick(time.monotonic())
+        next_t += 1.0 / fps
+        time.sleep(max(0.0, next_t - time.monotonic()))
+
+
 def episode_targets(reader: DatasetReader, episode: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
     """(targets (T, D), joint names) of an episode: command.joint_position, else action."""
     key = "command.joint_position" if "command.joint_position" in reader.features else "action"
@@ -61,16 +72,26 @@ def episode_targets(reader: DatasetReader, episode: dict[str, np.ndarray]) -> tu
 
 
 def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, realtime: bool = False,
-                   transport: str = "sim") -> dict[str, Any]:
-    """Replay episode `index` on the twin; returns {"q": (T, D) joint positions after each tick, "recorded":
-    (T, D) the episode's observation.state, "interventions": safety-filter counts, "names": joints}."""
+                   transport: str = "sim", domain_id: int = 0,
+                   confirm: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Replay episode `index` on the twin (transport "sim") or a robot over DDS ("dds", real time).
+
+    On DDS the replay starts only when `confirm()` (the operator: the CLI waits for `start` typed on its
+    input) returns True once the robot holds the episode's first pose (READY); False stops. Returns
+    {"q": (T, D) joint positions after each tick, "recorded": (T, D) the episode's observation.state,
+    "interventions": safety-filter counts, "names": joints}.
+    """
     from robo_rl.deploy.controller import Controller
     from robo_rl.deploy.hardware import load_hardware
     from robo_rl.deploy.session import make_robot
     from robo_rl.deploy.state_machine import Mode
 
-    if transport != "sim":
-        raise ValueError(f"replay: transport {transport!r}: only the sim twin is supported so far")
+    if transport not in ("sim", "dds"):
+        raise ValueError(f"replay: transport {transport!r}: choose sim (the twin) or dds (a robot or `robo-rl twin`)")
+    if transport == "dds":
+        if confirm is None:
+            raise ValueError("replay over dds needs the operator's confirmation (confirm=...)")
+        realtime = True
     reader = DatasetReader(dataset)
     ep = reader.episode(index, images=False)
     targets, names = episode_targets(reader, ep)
@@ -80,12 +101,18 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
     if contract and list(contract.get("joint_names", [])) == names:
         kp, kd = np.array(contract["kp"]), np.array(contract["kd"])
     fps = reader.fps
-    robot = make_robot(transport, hw, 1.0 / fps, realtime=realtime, physics_dt=contract.get("physics_dt"))
+    robot = make_robot(transport, hw, 1.0 / fps, realtime=realtime, physics_dt=contract.get("physics_dt"),
+                       domain_id=domain_id)
     try:
         policy = ReplayPolicy(targets, names, hw, kp, kd)
         start = np.empty(len(hw.joint_names))
         state_names = reader.features["observation.state"].get("names") or names
-        first = robot.read_state()
+        if transport == "dds":
+            from robo_rl.deploy.runtime import wait_for_fresh_state
+
+            first = wait_for_fresh_state(robot, 10.0, hw.safety.state_timeout_s, time.monotonic)
+        else:
+            first = robot.read_state()
         start[hw.index_of(first.joint_names)] = first.q
         start[hw.index_of(list(state_names))] = ep["observation.state"][0]
         clock = time.monotonic if realtime else (lambda: robot.time)
@@ -101,7 +128,18 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
             if realtime:
                 time.sleep(1.0 / fps)
         if c.mode is not Mode.READY:
-            raise RuntimeError(f"replay: the twin never became READY ({c.status_line()})")
+            raise RuntimeError(f"replay: the robot never became READY ({c.status_line()})")
+        if confirm is not None:
+            holding = threading.Event()
+            holder = threading.Thread(target=_hold, args=(c, holding, fps), daemon=True)
+            holder.start()  # READY keeps being commanded while the operator decides
+            go = confirm()
+            holding.set()
+            holder.join()
+            if not go:
+                c.shutdown()
+                return {"q": np.zeros((0, len(names))), "recorded": ep["observation.state"], "names": names,
+                        "interventions": dict(c.intervention_counts)}
         c.start_policy()
         replayed.clear()
         period = 1.0 / fps

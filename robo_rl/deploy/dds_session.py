@@ -32,11 +32,13 @@ def _stdin_words(stream: TextIO, out: queue.Queue) -> None:
 
 def run_dds_deploy(config: RuntimeConfig, *, domain_id: int, duration_s: float | None,
                    commands: Mapping[str, object] | None = None, stdin: TextIO | None = sys.stdin,
-                   out: TextIO = sys.stdout, status_every_s: float = 0.5) -> PolicyRuntime:
+                   out: TextIO = sys.stdout, status_every_s: float = 0.5, record: str | None = None) -> PolicyRuntime:
     """Run the policy on a DDS robot until `duration_s` has passed or Ctrl-C; returns the (stopped) runtime.
 
     Everything is loaded and checked before DDS is joined (ValueError, one line); then the robot must
-    send fresh state within config.state_wait_s (ValueError otherwise).
+    send fresh state within config.state_wait_s (ValueError otherwise). With `record` (a new dataset
+    folder) every POLICY tick is recorded (`robo_rl.demos.recorder.RecordingRobot`); a success, failure
+    or reset event ends the episode, and the report is printed at the end.
     """
     from robo_rl.deploy.transports.dds import DdsEndpoint, DdsOperatorLink, DdsRobot, DdsSettings, check_domain_id
 
@@ -45,9 +47,13 @@ def run_dds_deploy(config: RuntimeConfig, *, domain_id: int, duration_s: float |
 
     link: DdsOperatorLink | None = None
 
+    recording = None
+
     def on_event(event: EpisodeEvent) -> None:
         if link is not None:
             link.publish_event(event.to_json())
+        if recording is not None and event.kind in ("success", "failure", "reset") and recording._open:
+            recording.end_episode()
 
     def on_record(obs, command) -> None:
         if link is not None:
@@ -64,6 +70,12 @@ def run_dds_deploy(config: RuntimeConfig, *, domain_id: int, duration_s: float |
     try:
         robot = DdsRobot(hw, settings, control_dt=policy.policy.contract.policy_dt, endpoint=endpoint,
                          needs_ee=observes_ee(policy))
+        if record is not None:
+            from robo_rl.demos.recorder import recording_wrapper
+
+            wrap, _ = recording_wrapper(record, task=f"deploy {str(config.policy_path).rsplit('/', 1)[-1]}")
+            robot = recording = wrap(robot)
+            recording.gate = lambda: runtime.controller is not None and runtime.controller.mode is Mode.POLICY
         link = DdsOperatorLink(endpoint, settings, runtime)
         print(f"waiting for robot state on {robot.state_topic} (DDS domain {domain_id}) ...", file=out, flush=True)
         runtime.activate(robot)
@@ -84,6 +96,10 @@ def run_dds_deploy(config: RuntimeConfig, *, domain_id: int, duration_s: float |
             print("\n" + runtime.status_line(), file=out, flush=True)
         if robot is not None:
             robot.close()
+        if recording is not None:
+            recording.writer.close()  # commits the episode still open
+            r = recording.report()
+            print(f"recorded {r['frames']} frames into {record}, dropped {r['dropped']}", file=out, flush=True)
         link = None
         endpoint.close()
     return runtime

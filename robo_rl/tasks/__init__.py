@@ -19,7 +19,7 @@ from robo_rl.tasks.arm_pick_place import (
     ArmPickPlaceVisionEnv,
 )
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
-from robo_rl.tasks.base import TaskEnv
+from robo_rl.tasks.base import TaskEnv, device_scope
 from robo_rl.tasks.quadruped_rough import QuadrupedWalkRoughConfig, QuadrupedWalkRoughEnv
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
 
@@ -56,5 +56,5 @@ def make_env(name: str, num_envs: int, *, cfg: Any = None, seed: int = 0, num_th
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"config error: sim.device = {device!r}: this torch has no CUDA device (a CPU build, or "
                           "no GPU); use cpu")
-    with torch.device(device):  # every tensor the task makes lives where its backend keeps the state
+    with device_scope(device):  # every tensor the task makes lives where its backend keeps the state
         return env_cls(cfg, num_envs, seed=seed, num_threads=num_threads, backend=backend, device=device, **buffers)

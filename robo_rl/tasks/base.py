@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import torch
@@ -241,7 +241,7 @@ class TaskEnv(DomainRandomization):
     def joint_targets(self, actions: Tensor) -> Tensor:
         """(N, J) joint position targets that raw actions (N, A) would set now (clipped as `step` clips them,
         before any action latency): what a robot is commanded, for recording and replay."""
-        with torch.device(self.device):
+        with device_scope(self.device):
             return self._action_targets(actions.to(self.device, torch.float32).clamp(-self.action_clip,
                                                                                      self.action_clip))
 
@@ -348,7 +348,7 @@ class TaskEnv(DomainRandomization):
         """
         if seed is not None:
             self.generator.manual_seed(seed)
-        with single_torch_thread(), torch.device(self.device):
+        with single_torch_thread(), device_scope(self.device):
             self._reset_ids(torch.arange(self.num_envs))
             if random_start:
                 slots = -(-self.max_episode_length // self.start_stride)  # ceil
@@ -357,7 +357,7 @@ class TaskEnv(DomainRandomization):
             return self._observe(fill_ids=torch.arange(self.num_envs))[0]
 
     def step(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, dict[str, Any]]:
-        with single_torch_thread(), torch.device(self.device):  # tensors made in a step live with the state
+        with single_torch_thread(), device_scope(self.device):  # tensors made in a step live with the state
             return self._step(actions)
 
     def _step(self, actions: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, Tensor, dict[str, Any]]:
@@ -419,7 +419,7 @@ class TaskEnv(DomainRandomization):
         columns. With them, "policy" stacks each term's last `history` values (oldest first, noise
         included) and the critic sees the clean current values.
         """
-        with torch.device(self.device):
+        with device_scope(self.device):
             return self._observe()[0]
 
     def _observe(
@@ -534,7 +534,7 @@ class TaskEnv(DomainRandomization):
         return out
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        with torch.device(self.device):
+        with device_scope(self.device):
             self._load_state_dict(state)
 
     def _load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -569,6 +569,18 @@ class TaskEnv(DomainRandomization):
 
     def close(self) -> None:
         self.backend.close()
+
+
+_NO_SCOPE = nullcontext()
+
+
+def device_scope(device: torch.device | str) -> Any:
+    """`torch.device(device)` as the default device of the tensors made inside, for a GPU env; nothing on the CPU.
+
+    The scope is a TorchFunctionMode that runs Python on every torch call: on the CPU, where it would
+    change nothing, it cost ~4 % of a quadruped-walk-flat step (256 worlds, measured).
+    """
+    return _NO_SCOPE if torch.device(device).type == "cpu" else torch.device(device)
 
 
 @contextmanager

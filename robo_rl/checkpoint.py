@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from robo_rl.config import ConfigError, UserError
+from robo_rl.files import atomic_write  # noqa: F401  (re-exported: export, runner, video use it from here)
 
 LOCK_FILE = ".lock"
 CHECKPOINT_KEYS = ("iteration", "train_time", "config", "config_hash", "algo", "env", "episode_return")
@@ -27,23 +28,6 @@ class RunInUse(UserError):
     """Another process holds the run folder's lock."""
 
 _NAME = re.compile(r"^model_(\d+)\.pt$")
-
-
-def atomic_write(path: str | Path, write: Any) -> None:
-    """Call write(tmp_path) then rename onto `path`; a failure or kill leaves no partial file at `path`."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual permissions
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> None:
@@ -135,12 +119,6 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def checkpoint_name(iteration: int) -> str:

@@ -28,14 +28,12 @@ recovered up to its last flushed second (at least `min_recover_frames` frames) o
 from __future__ import annotations
 
 import json
-import os
 import queue
 import shutil
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +43,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from robo_rl.config import UserError
+from robo_rl.demos.errors import DatasetError
+from robo_rl.demos.video import append_video, count_video_frames, decode_video, open_encoder, truncate_video
+from robo_rl.files import atomic_write
+
+__all__ = ["DatasetError", "DatasetReader", "DatasetWriter", "camera", "count_video_frames", "read_meta", "repair",
+           "scalar", "vector"]
 
 CODEBASE_VERSION = "v3.0"
 CHUNKS_SIZE = 1000
@@ -64,11 +67,7 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
     "task_index": {"dtype": "int64", "shape": [1], "names": None},
 }
 """Per-frame features every LeRobot v3.0 dataset has; the writer fills them."""
-_NUMERIC = ("float32", "float64", "int64", "int32", "bool")
-
-
-class DatasetError(UserError, ValueError):
-    """A dataset path, feature or frame that is not what it must be (one line, names what is wrong)."""
+NUMERIC_DTYPES = ("float32", "float64", "int64", "int32", "bool")
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -104,8 +103,9 @@ def _check_features(features: Mapping[str, Any]) -> None:
     for key, f in features.items():
         if key in DEFAULT_FEATURES:
             raise DatasetError(f"feature {key!r} is filled by the writer; leave it out")
-        if f.get("dtype") not in (*_NUMERIC, "video"):
-            raise DatasetError(f"feature {key!r}: dtype {f.get('dtype')!r} is not one of {', '.join(_NUMERIC)}, video")
+        if f.get("dtype") not in (*NUMERIC_DTYPES, "video"):
+            allowed = ", ".join((*NUMERIC_DTYPES, "video"))
+            raise DatasetError(f"feature {key!r}: dtype {f.get('dtype')!r} is not one of {allowed}")
         shape = f.get("shape")
         if not isinstance(shape, (list, tuple)) or not shape or not all(isinstance(d, int) and d > 0 for d in shape):
             raise DatasetError(f"feature {key!r}: shape {shape!r} must be a non-empty list of positive integers")
@@ -113,23 +113,12 @@ def _check_features(features: Mapping[str, Any]) -> None:
             raise DatasetError(f"feature {key!r}: video shape {shape} must be [height, width, 3], both even")
 
 
-# ---------------------------------------------------------------------------------------------- atomic files
-def _atomic(path: Path, write: Any) -> None:
-    """Call write(tmp_path), fsync, then rename over `path`: a reader sees the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2)))
 
 
-def _write_json(path: Path, obj: Any) -> None:
-    _atomic(path, lambda tmp: Path(tmp).write_text(json.dumps(obj, indent=2)))
-
-
-def _write_parquet(path: Path, table: pa.Table) -> None:
-    _atomic(path, lambda tmp: pq.write_table(table, tmp))
+def write_parquet(path: Path, table: pa.Table) -> None:
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def _tasks_table(tasks: Sequence[str]) -> pa.Table:
@@ -188,109 +177,6 @@ def aggregate_stats(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndar
 
 def _stats_to_json(stats: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, list]]:
     return {k: {s: v.tolist() for s, v in st.items()} for k, st in stats.items()}
-
-
-# ---------------------------------------------------------------------------------------------- video
-def _open_encoder(path: Path, fps: float, height: int, width: int, codec: str) -> tuple[Any, Any]:
-    """A fragmented MP4 (readable up to its last fragment after a kill), H.264 without B-frames (pts = dts)."""
-    out = av.open(str(path), "w", format="mp4", options={"movflags": "frag_keyframe+empty_moov+default_base_moof",
-                                                    "flush_packets": "1"})
-    stream = out.add_stream("libx264" if codec == "h264" else codec, rate=Fraction(fps).limit_denominator(1000))
-    stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
-    # zerolatency: each frame leaves the encoder at once, so a fragment closes on its next keyframe
-    stream.options = {"preset": "veryfast", "tune": "zerolatency", "crf": "18", "bf": "0", "g": str(max(1, round(fps)))}
-    stream.time_base = Fraction(1, 1) / Fraction(fps).limit_denominator(1000)
-    return out, stream
-
-
-def _copy_packets(src: Path, out: Any, ostream: Any, offset: int, limit: int | None, fps: float) -> int:
-    """Stream-copy up to `limit` video packets of `src` into `ostream`, frame numbers shifted by `offset`; the count.
-
-    Packets carry frame numbers in a 1/fps time base; the muxer rescales them to its own time base.
-    """
-    n = 0
-    frame_tb = Fraction(1, 1) / Fraction(fps).limit_denominator(1000)
-    with av.open(str(src)) as inp:
-        istream = inp.streams.video[0]
-        first = None
-        for packet in inp.demux(istream):
-            if packet.dts is None or packet.size == 0:
-                continue
-            if limit is not None and n >= limit:
-                break
-            first = packet.pts if first is None else first
-            frame_no = round((packet.pts - first) * istream.time_base / frame_tb)
-            packet.stream = ostream
-            packet.time_base = frame_tb
-            packet.pts = packet.dts = offset + frame_no
-            packet.duration = 1  # one frame (else the source's ticks, read as frames: a wrong file duration)
-            out.mux(packet)
-            n += 1
-    return n
-
-
-def _append_video(shard: Path, segment: Path, fps: float, limit: int | None = None) -> tuple[int, int]:
-    """Replace `shard` by itself followed by the first `limit` frames of `segment`; (frames before, frames added)."""
-    template_src = shard if shard.exists() else segment
-    before = count_video_frames(shard) if shard.exists() else 0
-
-    def write(tmp: Path) -> None:
-        with av.open(str(template_src)) as probe:
-            template = probe.streams.video[0]
-            out = av.open(str(tmp), "w", format="mp4")
-            ostream = out.add_stream_from_template(template)
-            ostream.time_base = Fraction(1, 1) / Fraction(fps).limit_denominator(1000)
-        nonlocal added
-        if shard.exists():
-            _copy_packets(shard, out, ostream, 0, None, fps)
-        added = _copy_packets(segment, out, ostream, before, limit, fps)
-        out.close()
-
-    added = 0
-    _atomic(shard, write)
-    return before, added
-
-
-def _truncate_video(shard: Path, frames: int, fps: float) -> None:
-    """Cut `shard` to its first `frames` frames (after a kill left an uncommitted episode at its end)."""
-    if frames <= 0:
-        shard.unlink()
-        return
-    src = shard.with_name(f".{shard.name}.src")
-    os.replace(shard, src)
-    try:
-        _append_video(shard, src, fps, limit=frames)
-    finally:
-        src.unlink(missing_ok=True)
-
-
-def count_video_frames(path: Path) -> int:
-    """Decodable frames of a video file (a fragmented MP4 cut by a kill: up to its last complete fragment)."""
-    try:
-        with av.open(str(path)) as inp:
-            return sum(1 for p in inp.demux(inp.streams.video[0]) if p.dts is not None and p.size > 0)
-    except (av.error.InvalidDataError, av.error.EOFError, OSError):
-        return 0
-
-
-def decode_video(path: Path, start_frame: int, frames: int, fps: float) -> np.ndarray:
-    """(frames, H, W, 3) uint8 RGB frames [start_frame, start_frame + frames) of a video file."""
-    out: list[np.ndarray] = []
-    with av.open(str(path)) as inp:
-        stream = inp.streams.video[0]
-        tb = stream.time_base
-        start_pts = round(Fraction(start_frame) / Fraction(fps).limit_denominator(1000) / tb)
-        if start_frame > 0:
-            inp.seek(start_pts, stream=stream, backward=True, any_frame=False)
-        for frame in inp.decode(stream):
-            if frame.pts is None or frame.pts < start_pts:
-                continue
-            out.append(frame.to_ndarray(format="rgb24"))
-            if len(out) == frames:
-                break
-    if len(out) != frames:
-        raise DatasetError(f"{path}: {len(out)} frames decoded from frame {start_frame}, expected {frames}")
-    return np.stack(out)
 
 
 # ---------------------------------------------------------------------------------------------- metadata
@@ -362,12 +248,12 @@ def _info_with_totals(info: dict[str, Any], meta: Meta) -> dict[str, Any]:
 
 def _write_summary(meta: Meta) -> None:
     """info.json totals and stats.json, both recomputed from the committed episodes."""
-    _write_json(meta.root / "meta" / "info.json", _info_with_totals(meta.info, meta))
+    write_json(meta.root / "meta" / "info.json", _info_with_totals(meta.info, meta))
     keys = [k for k in meta.features]
     if meta.episodes:
         per_episode = [_episode_stats(ep, keys) for ep in meta.episodes]
         stats = {k: aggregate_stats([p[k] for p in per_episode]) for k in keys if per_episode[0][k]}
-        _write_json(meta.root / "meta" / "stats.json", _stats_to_json(stats))
+        write_json(meta.root / "meta" / "stats.json", _stats_to_json(stats))
 
 
 def repair(root: str | Path, *, min_recover_frames: int = 1) -> dict[str, int]:
@@ -391,7 +277,7 @@ def repair(root: str | Path, *, min_recover_frames: int = 1) -> dict[str, int]:
         keep = np.asarray(table.column("index")) < meta.num_frames
         if not keep.all():
             report["cut_rows"] += int((~keep).sum())
-            _write_parquet(path, table.filter(pa.array(keep)))
+            write_parquet(path, table.filter(pa.array(keep)))
     for key in _video_keys(meta.features):
         ends: dict[tuple[int, int], int] = {}
         for e in meta.episodes:
@@ -403,16 +289,13 @@ def repair(root: str | Path, *, min_recover_frames: int = 1) -> dict[str, int]:
             want = ends.get((chunk, file), 0)
             if frames > want:
                 report["cut_frames"] += frames - want
-                _truncate_video(path, want, meta.fps)
+                truncate_video(path, want, meta.fps)
     for stale in root.rglob(".*.tmp"):
         stale.unlink()
     staging = root / STAGING
     if staging.exists():
-        writer = DatasetWriter(root, _repairing=True)
-        recovered = writer._recover_staging(min_recover_frames)
-        writer._stop_worker()
+        recovered = _recover_staging(meta, min_recover_frames)
         report["recovered" if recovered else "discarded"] += 1
-        meta = read_meta(root)
     _write_summary(meta)
     return report
 
@@ -444,12 +327,10 @@ class DatasetWriter:
 
     def __init__(self, root: str | Path, *, fps: float | None = None, features: Mapping[str, Any] | None = None,
                  robot_type: str = "", extra_info: Mapping[str, Any] | None = None, queue_frames: int = 256,
-                 data_file_mb: float = 100.0, video_file_mb: float = 200.0, min_recover_frames: int = 1,
-                 _repairing: bool = False):
+                 data_file_mb: float = 100.0, video_file_mb: float = 200.0, min_recover_frames: int = 1):
         self.root = Path(root)
         if (self.root / "meta" / "info.json").is_file():
-            if not _repairing:
-                repair(self.root, min_recover_frames=min_recover_frames)
+            repair(self.root, min_recover_frames=min_recover_frames)
             self.meta = read_meta(self.root)
             if fps is not None and float(fps) != self.meta.fps:
                 raise DatasetError(f"{self.root}: has fps {self.meta.fps}, not {fps}")
@@ -470,7 +351,7 @@ class DatasetWriter:
                 "features": {**features, **DEFAULT_FEATURES}, **dict(extra_info or {}),
             }
             self.meta = Meta(self.root, info)
-            _write_json(self.root / "meta" / "info.json", info)
+            write_json(self.root / "meta" / "info.json", info)
         self.fps = self.meta.fps
         self.features = self.meta.features
         self.video_keys = _video_keys(self.features)
@@ -555,7 +436,7 @@ class DatasetWriter:
         kind = item[0]
         if kind == "frame":
             if self._episode is None:
-                self._episode = _Episode.start(self.root / STAGING, self, item[2])
+                self._episode = _Episode.start(self.root / STAGING, self.meta, item[2])
             self._episode.add(item[1])
             self._stats.frames_written += 1
         elif kind == "end" and self._episode is not None:
@@ -563,7 +444,7 @@ class DatasetWriter:
             episode, self._episode = self._episode, None
             episode.close()
             if episode.length:
-                self._commit(episode.root, episode.task, episode.length, episode.image_samples())
+                _commit(self.meta, episode.root, episode.task, episode.length, episode.image_samples())
             shutil.rmtree(episode.root, ignore_errors=True)
             self._stats.last_commit_s = time.perf_counter() - t
             self._stats.episodes_committed += 1
@@ -572,94 +453,96 @@ class DatasetWriter:
             shutil.rmtree(self._episode.root, ignore_errors=True)
             self._episode = None
 
-    def _recover_staging(self, min_frames: int) -> bool:
-        """Commit the interrupted episode in .staging up to its last flush, or discard it; True if committed."""
-        staging = self.root / STAGING
-        try:
-            task = (staging / "task.txt").read_text()
-            rows = _read_stream(staging / "frames.arrow")
-            lengths = [rows.num_rows] + [count_video_frames(staging / f"{_safe(k)}.mp4") for k in self.video_keys]
-            length = min(lengths)
-        except (OSError, pa.ArrowInvalid):
-            length, task = 0, ""
-        ok = length >= max(1, min_frames)
-        if ok:
-            self._commit(staging, task, length)
-        shutil.rmtree(staging, ignore_errors=True)
-        return ok
+def _recover_staging(meta: Meta, min_frames: int) -> bool:
+    """Commit the interrupted episode in .staging up to its last flush, or discard it; True if committed."""
+    staging = meta.root / STAGING
+    try:
+        task = (staging / "task.txt").read_text()
+        rows = _read_stream(staging / "frames.arrow")
+        videos = [count_video_frames(staging / f"{_safe(k)}.mp4") for k in _video_keys(meta.features)]
+        length = min([rows.num_rows, *videos])
+    except (OSError, pa.ArrowInvalid):
+        length, task = 0, ""
+    ok = length >= max(1, min_frames)
+    if ok:
+        _commit(meta, staging, task, length)
+    shutil.rmtree(staging, ignore_errors=True)
+    return ok
 
-    def _commit(self, staging: Path, task: str, length: int,
-                image_samples: Mapping[str, np.ndarray] | None = None) -> None:
-        """Write one staged episode of `length` frames into data, videos, then meta/episodes (the commit point).
+def _commit(meta: Meta, staging: Path, task: str, length: int,
+            image_samples: Mapping[str, np.ndarray] | None = None) -> None:
+    """Write one staged episode of `length` frames into data, videos, then meta/episodes (the commit point).
 
-        image_samples: frames of each camera kept while recording, for its stats (None: decoded back).
-        """
-        meta, fps = self.meta, self.fps
-        index = len(meta.episodes)
-        start = meta.num_frames
-        rows = _read_stream(staging / "frames.arrow").slice(0, length)
-        if task not in meta.tasks:
-            meta.tasks.append(task)
-        task_index = meta.tasks.index(task)
-        frame_index = np.arange(length)
-        table = rows.append_column("timestamp", pa.array((frame_index / fps).astype(np.float32)))
-        table = table.append_column("frame_index", pa.array(frame_index, pa.int64()))
-        table = table.append_column("episode_index", pa.array(np.full(length, index), pa.int64()))
-        table = table.append_column("index", pa.array(start + frame_index, pa.int64()))
-        table = table.append_column("task_index", pa.array(np.full(length, task_index), pa.int64()))
-        episode: dict[str, Any] = {"episode_index": index, "tasks": [task], "length": length,
-                                   "dataset_from_index": start, "dataset_to_index": start + length}
-        # data rows
-        chunk, file = self._next_file("data", table.nbytes / 1e6, float(meta.info["data_files_size_in_mb"]))
-        path = _data_file(self.root, chunk, file)
-        merged = pa.concat_tables([pq.read_table(path), table]) if path.exists() else table
-        _write_parquet(path, merged)
-        episode.update({"data/chunk_index": chunk, "data/file_index": file})
-        # videos: a stream copy of the staged segment onto the end of the current shard
-        for key in self.video_keys:
-            vchunk, vfile = self._next_file(f"videos/{key}", (staging / f"{_safe(key)}.mp4").stat().st_size / 1e6,
-                                            float(meta.info["video_files_size_in_mb"]))
-            before, added = _append_video(_video_file(self.root, key, vchunk, vfile), staging / f"{_safe(key)}.mp4",
-                                          fps, limit=length)
-            if added != length:
-                raise DatasetError(f"camera {key}: {added} video frames for {length} data frames")
-            episode.update({f"videos/{key}/chunk_index": vchunk, f"videos/{key}/file_index": vfile,
-                            f"videos/{key}/from_timestamp": before / fps, f"videos/{key}/to_timestamp":
-                            (before + length) / fps})
-        # per-episode stats of every feature
-        for key in self.features:
-            if key in self.video_keys:
-                samples = image_samples[key] if image_samples else decode_video(
-                    staging / f"{_safe(key)}.mp4", 0, length, fps)[:: max(1, length // _IMAGE_SAMPLES)]
-                st = {**feature_stats(samples), "count": np.array([length])}
-            else:
-                col = table.column(key).to_numpy(zero_copy_only=False)
-                values = np.stack(col) if col.dtype == object else col
-                st = feature_stats(values.astype(np.float64))
-            for name, v in st.items():
-                episode[f"stats/{key}/{name}"] = v.tolist()  # images (3, 1, 1), as LeRobot normalises (C, H, W)
-        # the commit point: the episode's row in meta/episodes (one file, rewritten whole)
-        episode.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
-        meta.episodes.append(episode)
-        epath = self.root / EPISODES_PATH.format(chunk_index=0, file_index=0)
-        _write_parquet(epath, pa.Table.from_pylist(meta.episodes))
-        _write_parquet(self.root / "meta" / "tasks.parquet", _tasks_table(meta.tasks))
-        _write_summary(meta)
+    image_samples: frames of each camera kept while recording, for its stats (None: decoded back).
+    """
+    fps, root, video_keys = meta.fps, meta.root, _video_keys(meta.features)
+    index = len(meta.episodes)
+    start = meta.num_frames
+    rows = _read_stream(staging / "frames.arrow").slice(0, length)
+    if task not in meta.tasks:
+        meta.tasks.append(task)
+    task_index = meta.tasks.index(task)
+    frame_index = np.arange(length)
+    table = rows.append_column("timestamp", pa.array((frame_index / fps).astype(np.float32)))
+    table = table.append_column("frame_index", pa.array(frame_index, pa.int64()))
+    table = table.append_column("episode_index", pa.array(np.full(length, index), pa.int64()))
+    table = table.append_column("index", pa.array(start + frame_index, pa.int64()))
+    table = table.append_column("task_index", pa.array(np.full(length, task_index), pa.int64()))
+    episode: dict[str, Any] = {"episode_index": index, "tasks": [task], "length": length,
+                               "dataset_from_index": start, "dataset_to_index": start + length}
+    # data rows
+    chunk, file = _next_file(root, "data", table.nbytes / 1e6, float(meta.info["data_files_size_in_mb"]))
+    path = _data_file(root, chunk, file)
+    merged = pa.concat_tables([pq.read_table(path), table]) if path.exists() else table
+    write_parquet(path, merged)
+    episode.update({"data/chunk_index": chunk, "data/file_index": file})
+    # videos: a stream copy of the staged segment onto the end of the current shard
+    for key in video_keys:
+        vchunk, vfile = _next_file(root, f"videos/{key}", (staging / f"{_safe(key)}.mp4").stat().st_size / 1e6,
+                                        float(meta.info["video_files_size_in_mb"]))
+        before, added = append_video(_video_file(root, key, vchunk, vfile), staging / f"{_safe(key)}.mp4",
+                                      fps, limit=length)
+        if added != length:
+            raise DatasetError(f"camera {key}: {added} video frames for {length} data frames")
+        episode.update({f"videos/{key}/chunk_index": vchunk, f"videos/{key}/file_index": vfile,
+                        f"videos/{key}/from_timestamp": before / fps, f"videos/{key}/to_timestamp":
+                        (before + length) / fps})
+    # per-episode stats of every feature
+    for key in meta.features:
+        if key in video_keys:
+            samples = image_samples[key] if image_samples else decode_video(
+                staging / f"{_safe(key)}.mp4", 0, length, fps)[:: max(1, length // _IMAGE_SAMPLES)]
+            st = {**feature_stats(samples), "count": np.array([length])}
+        else:
+            col = table.column(key).to_numpy(zero_copy_only=False)
+            values = np.stack(col) if col.dtype == object else col
+            st = feature_stats(values.astype(np.float64))
+        for name, v in st.items():
+            episode[f"stats/{key}/{name}"] = v.tolist()  # images (3, 1, 1), as LeRobot normalises (C, H, W)
+    # the commit point: the episode's row in meta/episodes (one file, rewritten whole)
+    episode.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
+    meta.episodes.append(episode)
+    epath = root / EPISODES_PATH.format(chunk_index=0, file_index=0)
+    write_parquet(epath, pa.Table.from_pylist(meta.episodes))
+    write_parquet(root / "meta" / "tasks.parquet", _tasks_table(meta.tasks))
+    _write_summary(meta)
 
-    def _next_file(self, folder: str, add_mb: float, cap_mb: float) -> tuple[int, int]:
-        """(chunk, file) to append to: the last one, or the next when adding would pass the size cap."""
-        files = sorted((self.root / folder).glob("chunk-*/file-*.*"))
-        files = [f for f in files if not f.name.startswith(".")]
-        if not files:
-            return 0, 0
-        last = files[-1]
-        chunk, file = int(last.parent.name[6:]), int(last.stem[5:])
-        if last.stat().st_size / 1e6 + add_mb <= cap_mb:
-            return chunk, file
-        file += 1
-        if file >= CHUNKS_SIZE:
-            chunk, file = chunk + 1, 0
+def _next_file(root: Path, folder: str, add_mb: float, cap_mb: float) -> tuple[int, int]:
+    """(chunk, file) to append to: the last one, or the next when adding would pass the size cap."""
+    files = sorted((root / folder).glob("chunk-*/file-*.*"))
+    files = [f for f in files if not f.name.startswith(".")]
+    if not files:
+        return 0, 0
+    last = files[-1]
+    chunk, file = int(last.parent.name[6:]), int(last.stem[5:])
+    if last.stat().st_size / 1e6 + add_mb <= cap_mb:
         return chunk, file
+    file += 1
+    if file >= CHUNKS_SIZE:
+        chunk, file = chunk + 1, 0
+    return chunk, file
+
+
 
 
 def _safe(key: str) -> str:
@@ -684,30 +567,32 @@ def _read_stream(path: Path) -> pa.Table:
 class _Episode:
     """The episode being recorded, staged on disk: an Arrow stream of rows, one fragmented MP4 per camera."""
 
-    def __init__(self, root: Path, writer: DatasetWriter, task: str):
-        self.root, self.writer, self.task, self.length = root, writer, task, 0
+    def __init__(self, root: Path, meta: Meta, task: str):
+        self.root, self.task, self.length = root, task, 0
+        self.fps, self.features = meta.fps, meta.features
+        self.video_keys, self.frame_keys = _video_keys(meta.features), _frame_keys(meta.features)
         self._rows: list[dict[str, Any]] = []
         self._stream: ipc.RecordBatchStreamWriter | None = None
         self._file: Any = None
         self._videos: dict[str, tuple[Any, Any]] = {}
-        self._samples: dict[str, list[np.ndarray]] = {k: [] for k in writer.video_keys}  # every `_stride`-th image
+        self._samples: dict[str, list[np.ndarray]] = {k: [] for k in self.video_keys}  # every `_stride`-th image
         self._stride = 1
-        self._flush_every = max(1, round(writer.fps))  # frames: at most one second is lost to a kill
+        self._flush_every = max(1, round(self.fps))  # frames: at most one second is lost to a kill
 
     @classmethod
-    def start(cls, root: Path, writer: DatasetWriter, task: str) -> _Episode:
+    def start(cls, root: Path, meta: Meta, task: str) -> _Episode:
         shutil.rmtree(root, ignore_errors=True)
         root.mkdir(parents=True)
         (root / "task.txt").write_text(task)
-        ep = cls(root, writer, task)
-        for key in writer.video_keys:
-            h, w, _ = writer.features[key]["shape"]
-            ep._videos[key] = _open_encoder(root / f"{_safe(key)}.mp4", writer.fps, h, w,
-                                            writer.features[key]["info"]["video.codec"])
+        ep = cls(root, meta, task)
+        for key in ep.video_keys:
+            h, w, _ = ep.features[key]["shape"]
+            ep._videos[key] = open_encoder(root / f"{_safe(key)}.mp4", ep.fps, h, w,
+                                           ep.features[key]["info"]["video.codec"])
         return ep
 
     def add(self, frame: dict[str, np.ndarray]) -> None:
-        w = self.writer
+        w = self
         for key in w.video_keys:
             image = frame[key]
             if image.shape != tuple(w.features[key]["shape"]) or image.dtype != np.uint8:
@@ -750,8 +635,8 @@ class _Episode:
         types = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(), "int32": pa.int32(),
                  "bool": pa.bool_()}
         fields = []
-        for key in self.writer.frame_keys:
-            spec = self.writer.features[key]
+        for key in self.frame_keys:
+            spec = self.features[key]
             t = types[spec["dtype"]]
             fields.append(pa.field(key, t if spec["shape"] == [1] else pa.list_(t, int(np.prod(spec["shape"])))))
         return pa.schema(fields)

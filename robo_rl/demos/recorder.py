@@ -238,6 +238,7 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     report plus "episodes". Every command goes through the deploy core's safety filter.
     """
 
+    from robo_rl.demos.replay import paced_ticks
     from robo_rl.demos.teleop import EeTeleopPolicy
     from robo_rl.deploy.controller import Controller
     from robo_rl.deploy.hardware import load_hardware
@@ -267,9 +268,7 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     episodes, ticks = 0, 0
     try:
         controller.request_ramp()
-        next_t = time.monotonic()
-        while True:
-            controller.tick(clock())
+        for _ in paced_ticks(controller, clock, dt, realtime):
             if controller.mode is Mode.READY:
                 controller.start_policy()
                 rec.start()
@@ -285,9 +284,6 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
                         break
             elif controller.mode in (Mode.DAMP, Mode.ESTOP):
                 raise RuntimeError(f"teleoperation stopped: {controller.last_fault} ({controller.last_error})")
-            if realtime:
-                next_t += dt
-                time.sleep(max(0.0, next_t - time.monotonic()))
     finally:
         rec.recording = False
         controller.shutdown()

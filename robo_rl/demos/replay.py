@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +54,23 @@ class ReplayPolicy:
         return q
 
 
+def paced_ticks(c: Any, clock: Callable[[], float], period: float, realtime: bool) -> Iterator[None]:
+    """Tick controller `c` and yield after each tick, forever: in real time on the absolute grid of
+    `period`, else as fast as possible (the fast twin's clock is its simulation time)."""
+    next_t = time.monotonic()
+    while True:
+        c.tick(clock())
+        yield
+        if realtime:
+            next_t += period
+            time.sleep(max(0.0, next_t - time.monotonic()))
+
+
 def _hold(c: Any, done: threading.Event, fps: float) -> None:
     """Tick the controller at `fps` (it holds READY) until `done` is set."""
-    next_t = time.monotonic()
-    while not done.is_set():
-        c.tick(time.monotonic())
-        next_t += 1.0 / fps
-        time.sleep(max(0.0, next_t - time.monotonic()))
+    for _ in paced_ticks(c, time.monotonic, 1.0 / fps, True):
+        if done.is_set():
+            return
 
 
 def episode_targets(reader: DatasetReader, episode: dict[str, np.ndarray]) -> tuple[np.ndarray, list[str]]:
@@ -121,12 +132,9 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
         replayed = []
         c.on_tick = lambda now, state, cmd: replayed.append(state.q[q_index].copy()) if c.mode is Mode.POLICY else None
         c.request_ramp()
-        for _ in range(round(60 * fps)):  # RAMP and READY: at most a minute
-            c.tick(clock()) if not realtime else c.tick(time.monotonic())
+        for _ in islice(paced_ticks(c, clock, 1.0 / fps, realtime), round(60 * fps)):  # at most a minute
             if c.mode is Mode.READY:
                 break
-            if realtime:
-                time.sleep(1.0 / fps)
         if c.mode is not Mode.READY:
             raise RuntimeError(f"replay: the robot never became READY ({c.status_line()})")
         if confirm is not None:
@@ -142,15 +150,11 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
                         "interventions": dict(c.intervention_counts)}
         c.start_policy()
         replayed.clear()
-        period = 1.0 / fps
-        next_t = time.monotonic()
-        while not policy.done:
-            c.tick(clock())
+        for _ in paced_ticks(c, clock, 1.0 / fps, realtime):
             if c.mode is not Mode.POLICY:
                 raise RuntimeError(f"replay stopped at tick {policy.t}: {c.last_fault} ({c.last_error})")
-            if realtime:
-                next_t += period
-                time.sleep(max(0.0, next_t - time.monotonic()))
+            if policy.done:
+                break
         final = robot.read_state()
         after = np.stack(replayed[1:] + [final.q[q_index]]) if replayed else np.zeros((0, len(names)))
         c.shutdown()

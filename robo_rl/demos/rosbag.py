@@ -81,7 +81,14 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import DEFAULT_FEATURES, DatasetError, DatasetReader, DatasetWriter, camera
+from robo_rl.demos.dataset import (
+    DEFAULT_FEATURES,
+    NUMERIC_DTYPES,
+    DatasetError,
+    DatasetReader,
+    DatasetWriter,
+    camera,
+)
 from robo_rl.deploy import ros_interface as ri
 from robo_rl.deploy import ros_messages as rm
 
@@ -105,7 +112,6 @@ MAPPING_FILE = "robo_rl_mapping.yaml"
 _MULTI_ARRAYS = (ri.FLOAT64_MULTI_ARRAY, ri.FLOAT32_MULTI_ARRAY)
 _JOINT_FIELDS = ("position", "velocity", "effort")
 _TRAJECTORY_FIELDS = ("positions", "velocities")
-_DTYPES = ("float32", "float64", "int64", "int32", "bool")
 _SPEC_KEYS = ("topic", "field", "names", "dtype", "shape", "height", "width")
 _MAPPING_KEYS = ("fps", "joints", "features", "episodes", "task", "robot_type")
 
@@ -404,8 +410,8 @@ def _parse_sources(mapping: Mapping[str, Any], topics: Mapping[str, str]) -> lis
             continue
         if key.startswith(IMAGE_PREFIX):
             raise DatasetError(f"{where}: topic {topic} is {msgtype}, not an image ({COMPRESSED_IMAGE} or {RAW_IMAGE})")
-        if src.dtype not in _DTYPES:
-            raise DatasetError(f"{where}: dtype {src.dtype!r} is not one of {', '.join(_DTYPES)}")
+        if src.dtype not in NUMERIC_DTYPES:
+            raise DatasetError(f"{where}: dtype {src.dtype!r} is not one of {', '.join(NUMERIC_DTYPES)}")
         names = spec.get("names")
         if names is not None and (not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names)):
             raise DatasetError(f"{where}: names must be a list of strings")

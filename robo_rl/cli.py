@@ -550,6 +550,11 @@ def cmd_tasks(_: argparse.Namespace) -> int:
         env.close()
     print("gym:<id>\n  any gymnasium env with Box observations and actions, e.g. gym:Hopper-v5 "
           "(ids: python -c 'import gymnasium; gymnasium.pprint_registry()')")
+    print("mjlab:<id>\n  an mjlab task, e.g. mjlab:Mjlab-Velocity-Flat-Unitree-Go1, in .venv-mjlab (bash "
+          "scripts/setup_mjlab.sh; ids: .venv-mjlab/bin/python -c 'import mjlab.tasks; "
+          "from mjlab.tasks.registry import list_tasks; print(list_tasks())')")
+    print("isaaclab:<id>\n  an Isaac Lab 3 task, e.g. isaaclab:Isaac-Velocity-Flat-Unitree-Go1-v0, in Isaac Lab's "
+          "Python (docs/isaaclab.md)")
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,6 +42,26 @@ OBJ_TYPES = {
     "camera": mujoco.mjtObj.mjOBJ_CAMERA,
     "key": mujoco.mjtObj.mjOBJ_KEY,
 }
+
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def configure_warp(wp: Any, user: str = "") -> Path:
+    """Point Warp's kernel cache at `.cache/warp/` of a source checkout (ignored by git), `$ROBO_RL_WARP_CACHE`,
+    or ~/.cache/robo_rl_warp, and silence its banner and per-module lines; returns the cache folder.
+
+    `user` names a subfolder for another MuJoCo Warp build (mjlab's), whose kernels would otherwise share the
+    folder with ours. Call it before anything compiles a kernel: Warp reads the folder when it initialises.
+    """
+    cache = Path(os.environ.get("ROBO_RL_WARP_CACHE") or (
+        _REPO / ".cache" / "warp" if (_REPO / "pyproject.toml").is_file() else Path.home() / ".cache" / "robo_rl_warp"))
+    cache = cache / user if user else cache
+    wp.config.kernel_cache_dir = str(cache)
+    wp.config.quiet = True  # no start-up banner
+    if hasattr(wp, "LOG_WARNING"):
+        wp.config.log_level = wp.LOG_WARNING  # no line per kernel module loaded
+    return cache
 
 
 def state_slices(model: mujoco.MjModel) -> dict[str, slice]:

@@ -30,7 +30,6 @@ Warp's kernels compile on first use and are cached under `.cache/warp/` of a sou
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,16 @@ import numpy as np
 import torch
 
 from robo_rl.config import ConfigError
-from robo_rl.sim.mjmodel import FULL_PHYSICS, ModelNames, check_field, default_state, load_model, mujoco, state_slices
+from robo_rl.sim.mjmodel import (
+    FULL_PHYSICS,
+    ModelNames,
+    check_field,
+    configure_warp,
+    default_state,
+    load_model,
+    mujoco,
+    state_slices,
+)
 
 try:
     import warp as wp
@@ -49,17 +57,7 @@ except ImportError as exc:  # pragma: no cover - exercised where the gpu extra i
         "(mujoco-warp and warp-lang; the mujoco_cpu backend works without them)"
     ) from exc
 
-_REPO = Path(__file__).resolve().parents[2]
-WARP_CACHE = Path(
-    os.environ.get("ROBO_RL_WARP_CACHE")
-    or (_REPO / ".cache" / "warp" if (_REPO / "pyproject.toml").is_file() else Path.home() / ".cache" / "robo_rl_warp")
-)
-"""Where Warp keeps compiled kernels (set before Warp initialises)."""
-
-wp.config.kernel_cache_dir = str(WARP_CACHE)  # takes effect if Warp has not initialised yet
-wp.config.quiet = True  # no start-up banner
-if hasattr(wp, "LOG_WARNING"):
-    wp.config.log_level = wp.LOG_WARNING  # no line per kernel module loaded
+WARP_CACHE = configure_warp(wp)  # before MuJoCo Warp compiles anything
 import mujoco_warp as mjw  # noqa: E402
 
 # Overflows that lose contacts or constraints (the results are wrong); solver iteration limits are not.

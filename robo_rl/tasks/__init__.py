@@ -1,7 +1,9 @@
-"""Task registry: an explicit dict of task name -> (env class, config class), plus `gym:<id>` names.
+"""Task registry: an explicit dict of task name -> (env class, config class), plus `gym:<id>`, `mjlab:<id>` and
+`isaaclab:<id>` names.
 
 A name `gym:<id>` (e.g. `gym:Hopper-v5`) is any registered gymnasium environment, run through
 `robo_rl.sim.gymnasium_adapter` (gymnasium itself is imported only when such a name is used).
+`mjlab:<id>` and `isaaclab:<id>` are the frameworks' own tasks, run through `robo_rl.sim.isaaclab`.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import torch
 
 from robo_rl.config import ConfigError
 from robo_rl.sim.gymnasium_adapter import GYM_PREFIX, gym_task_entry
+from robo_rl.sim.isaaclab import FRAMEWORKS, external_task_entry
 from robo_rl.tasks.arm_pick_place import (
     ArmPickPlaceConfig,
     ArmPickPlaceEnv,
@@ -33,12 +36,17 @@ TASKS: dict[str, tuple[type[TaskEnv], type]] = {
 
 
 def task_entry(name: str) -> tuple[type, type]:
-    """(env class, config class) of a registered task or of `gym:<id>`; one-line ConfigError otherwise."""
+    """(env class, config class) of a registered task, `gym:<id>`, `mjlab:<id>` or `isaaclab:<id>`; one-line
+    ConfigError otherwise."""
     if name.startswith(GYM_PREFIX):
         return gym_task_entry(name[len(GYM_PREFIX) :])
+    for framework, prefix in FRAMEWORKS.items():
+        if name.startswith(prefix):
+            return external_task_entry(framework, name[len(prefix) :])
     if name not in TASKS:
         raise ConfigError(
-            f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}, or {GYM_PREFIX}<id> for a gymnasium environment"
+            f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}, {GYM_PREFIX}<id> for a gymnasium environment, "
+            f"or {' / '.join(p + '<id>' for p in FRAMEWORKS.values())} for an mjlab or Isaac Lab task"
         )
     return TASKS[name]
 

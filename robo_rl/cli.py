@@ -68,6 +68,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--episodes", type=int, default=16, help="episodes to run (one per world)")
     pl.add_argument("--video", metavar="OUT.mp4", help="also write a video of the first episode")
     pl.add_argument("--seed", type=int, default=1000, help="seed of the evaluation episodes")
+    pl.add_argument("--flow-steps", type=int, metavar="K", help="a flow policy's denoising steps (default: trained K)")
 
     ex = sub.add_parser("export", help="export a trained policy to ONNX with its deploy contract")
     ex.add_argument("run", metavar="RUN_OR_CHECKPOINT")
@@ -375,7 +376,8 @@ def cmd_play(args: argparse.Namespace) -> int:
         raise UserError(f"--episodes {args.episodes}: must be 1 .. {MAX_NUM_ENVS} (one world per episode)")
     if not 0 <= args.seed <= MAX_SEED:
         raise UserError(f"--seed {args.seed}: must be 0 .. {MAX_SEED}")
-    result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video)
+    result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video,
+                                 flow_steps=args.flow_steps)
     print(_eval_line(result))
     if args.video:
         print(f"video: {args.video}")

@@ -81,21 +81,29 @@ def run_episodes(env, policy: Callable[[Tensor], Tensor], *, video_frames: list 
     }
 
 
-def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None) -> dict[str, Any]:
+def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None,
+                        flow_steps: int | None = None) -> dict[str, Any]:
     """Mean return and task metrics of a checkpoint's deterministic policy, one episode per world.
 
-    Every input is checked before the evaluation runs (ConfigError, one line): the checkpoint, and
-    that `video` (optional .mp4 path for the first episode) can be written.
+    `flow_steps` runs a flow policy's deterministic chain with that many denoising steps instead of its trained K.
+    Every input is checked before the evaluation runs (ConfigError, one line): the checkpoint, that
+    `flow_steps` applies, and that `video` (optional .mp4 path for the first episode) can be written.
     """
     if video is not None:
         if Path(video).suffix.lower() != ".mp4":
             raise ConfigError(f"--video {video!r}: the file name must end in .mp4")
         check_output_file(video, "--video")
     _, state, cfg = load_trained(run)
+    if flow_steps is not None and (not hasattr(cfg.policy, "num_steps") or not 1 <= flow_steps <= 128):
+        raise ConfigError(f"--flow-steps {flow_steps}: " + ("must be 1 .. 128" if hasattr(cfg.policy, "num_steps")
+                          else f"the {cfg.algo_name} policy of this run is not a flow policy"))
     env = build_env(cfg, num_envs=episodes, seed=seed)
     frames: list | None = [] if video else None
     try:
-        result = run_episodes(env, load_policy(state, cfg, env).act_inference, video_frames=frames)
+        policy = load_policy(state, cfg, env)
+        if flow_steps is not None:
+            policy.actor.num_steps = flow_steps
+        result = run_episodes(env, policy.act_inference, video_frames=frames)
     finally:
         env.close()
     if video:

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from robo_rl.builders import build_env, load_policy, load_trained
 from robo_rl.checkpoint import atomic_write, check_output_file
 from robo_rl.contract import DeployContract
-from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES
+from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 
 OPSET = 18
 PARITY_TOLERANCE = 1e-5
@@ -59,6 +59,8 @@ class ExportedPolicy(nn.Module):
         actor, normalizer = policy.inference_policy()
         self.normalizer = copy.deepcopy(normalizer)
         self.actor = copy.deepcopy(actor)
+        self.noise_dim = int(getattr(policy, "noise_input_dim", 0))
+        """Size of the second input `noise` (a flow policy's x_0), 0 when the graph takes only `obs`."""
         self.clip = float(contract.action.clip) if contract.action.clip is not None else None
         index = {n: i for i, n in enumerate(contract.joint_names)}
         default = torch.tensor(contract.default_joint_pos, dtype=torch.float32)  # (J,)
@@ -81,8 +83,9 @@ class ExportedPolicy(nn.Module):
         # (J,) the terms' targets, concatenated in term order, back into contract joint order
         self.reorder = None if order == list(range(len(order))) else torch.argsort(torch.tensor(order)).tolist()
 
-    def forward(self, obs: Tensor) -> tuple[Tensor, Tensor]:
-        actions = self.actor(self.normalizer(obs))  # (B, A)
+    def forward(self, obs: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        obs_n = self.normalizer(obs)
+        actions = self.actor(obs_n, noise) if self.noise_dim else self.actor(obs_n)  # (B, A)
         if self.clip is not None:
             actions = actions.clamp(-self.clip, self.clip)
         parts = []
@@ -98,16 +101,20 @@ class ExportedPolicy(nn.Module):
 
 
 def onnx_bytes(module: nn.Module, example: Tensor) -> bytes:
-    """Serialise `module` to ONNX (pinned opset, dynamic batch dimension)."""
+    """Serialise `module` to ONNX (pinned opset, dynamic batch dimension; inputs `obs` and, for a flow policy that
+    samples its x_0, `noise`)."""
     module.eval()
+    batch = torch.export.Dim("batch")
+    noise_dim = getattr(module, "noise_dim", 0)
+    inputs = (example,) if not noise_dim else (example, torch.zeros(example.shape[0], noise_dim))
     program = torch.onnx.export(
         module,
-        (example,),
+        inputs,
         None,
-        input_names=[INPUT_NAME],
+        input_names=[INPUT_NAME, NOISE_NAME][: len(inputs)],
         output_names=list(OUTPUT_NAMES),
         opset_version=OPSET,
-        dynamic_shapes=({0: torch.export.Dim("batch")},),
+        dynamic_shapes=tuple({0: batch} for _ in inputs),
         dynamo=True,
         verbose=False,
     )
@@ -127,13 +134,19 @@ def embed_contract(model: bytes, contract: DeployContract) -> bytes:
 
 
 def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
-    """Max |onnxruntime - torch| over both outputs for observations (B, O); NaN entries must be NaN in both."""
+    """Max |onnxruntime - torch| over both outputs for observations (B, O) (and, with a `noise` input, standard
+    normal noise); NaN entries must be NaN in both."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    got = session.run(list(OUTPUT_NAMES), {INPUT_NAME: obs.numpy().astype(np.float32)})
+    feed = {INPUT_NAME: obs.numpy().astype(np.float32)}
+    args: tuple[Tensor, ...] = (obs,)
+    if getattr(module, "noise_dim", 0):
+        noise = torch.randn(obs.shape[0], module.noise_dim, generator=torch.Generator().manual_seed(0))
+        feed[NOISE_NAME], args = noise.numpy(), (obs, noise)
+    got = session.run(list(OUTPUT_NAMES), feed)
     with torch.no_grad():
-        want = module(obs)
+        want = module(*args)
     errors = []
     for g, w in zip(got, want, strict=True):
         w = w.numpy()
@@ -195,6 +208,8 @@ def export_policy(
         extra["task"] = cfg.task
         extra["iteration"] = int(state["iteration"])
         contract = dataclasses.replace(contract, extra=extra)
+    if hasattr(policy, "deploy_extra"):  # what the graph computes beyond an MLP (a flow policy's chain)
+        contract = dataclasses.replace(contract, extra={**contract.extra, **policy.deploy_extra()})
 
     module = ExportedPolicy(policy, contract)
     model = embed_contract(onnx_bytes(module, obs[:4]), contract)

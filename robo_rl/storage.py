@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -37,6 +37,20 @@ def compute_gae(
     return advantages, advantages + values
 
 
+def bootstrap_time_outs(rewards: Tensor, truncated: Tensor, final_values: Callable[[Tensor], Tensor],
+                        gamma: float) -> Tensor:
+    """rewards (N,) plus gamma * V(final observation) where `truncated` (a time-out, not a termination); a copy.
+
+    `final_values(ids)` returns V of the final observations of worlds `ids` (K,) -> (K,); it is called only
+    when some world timed out.
+    """
+    rewards = rewards.clone()
+    if truncated.any():
+        ids = truncated.nonzero().squeeze(-1)
+        rewards[ids] += gamma * final_values(ids)
+    return rewards
+
+
 class RolloutStorage:
     """Preallocated (T, N, ...) buffers for one PPO iteration. Observations are stored normalised."""
 
@@ -55,6 +69,12 @@ class RolloutStorage:
         self.advantages = torch.zeros(t, n, **z)
         self.returns = torch.zeros(t, n, **z)
         self.step = 0
+
+    def record_outcome(self, rewards: Tensor, terminated: Tensor, truncated: Tensor) -> None:
+        """Store the (bootstrapped) rewards (N,) and dones of the current step, and move to the next step."""
+        self.rewards[self.step] = rewards
+        self.dones[self.step] = (terminated | truncated).to(torch.float32)
+        self.step += 1
 
     def minibatches(
         self, num_mini_batches: int, epochs: int, generator: torch.Generator, *, reshuffle: bool = False

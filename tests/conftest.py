@@ -10,6 +10,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+def shared_venv(name: str, env_var: str) -> Path:
+    """$env_var, else the folder `name` in the main checkout (one second venv shared by its git worktrees)."""
+    if os.environ.get(env_var):
+        return Path(os.environ[env_var])
+    try:
+        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=REPO,
+                                capture_output=True, text=True, check=True).stdout.strip()
+        return Path(common).parent / name
+    except (OSError, subprocess.CalledProcessError):
+        return REPO / name
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `python -m robo_rl.cli ARGS` in a subprocess (what a user's `robo-rl ARGS` does)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -26,6 +26,7 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=|>|<)[\d.]+ (PASS|
         ("bench_rlpd.py", ["--quick"], 1),  # RLPD vs SAC on arm-pick-place
         ("bench_sac_locomotion.py", ["--quick"], 0),  # SAC beside PPO on quadruped-walk-flat (no target)
         ("bench_demos.py", ["--quick"], 2),  # 50 Hz recording with two cameras: drops, save blocking
+        ("bench_reinflow.py", ["--quick"], 2),  # flow-bc then ReinFlow on arm-pick-place, K = 4 and K = 1
     ],
 )
 def test_benchmark_prints_targets(script, args, expected):

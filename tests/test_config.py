@@ -1,8 +1,9 @@
 import pytest
 
 from robo_rl.algos import ALGORITHMS, algorithm_configs
-from robo_rl.config import ConfigError, PPOConfig, build, resolve_train_config
+from robo_rl.config import ConfigError, PPOConfig, build, load_yaml, resolve_train_config
 from robo_rl.tasks import task_config_class
+from tests.conftest import REPO
 
 
 def resolve(overrides, raw=None):
@@ -188,3 +189,13 @@ def test_partial_section_overrides_the_fields_own_default():
                                env_config_cls=task_config_class)
     assert cfg.env.randomization.friction_scale == (0.5, 1.5)
     assert cfg.env.randomization.push_interval_s == 15.0 and cfg.env.randomization.push_velocity == 1.0
+
+
+@pytest.mark.parametrize("preset", sorted((REPO / "sim_configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_preset_resolves(preset):
+    from robo_rl.builders import resolve_config
+
+    cfg = resolve_config(load_yaml(preset))  # raises on an unknown key or a bad value
+    stem = preset.stem
+    if cfg.algo_name != "ppo":  # <task>-<algo>.yaml is the default preset of --algo <algo>
+        assert stem.endswith(f"-{cfg.algo_name}") or cfg.task.startswith("gym:"), (stem, cfg.algo_name)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 import pytest
 
 from robo_rl.demos.dataset import DatasetReader, DatasetWriter, camera, scalar, vector
+from tests.conftest import shared_venv
 
 REPO = Path(__file__).resolve().parents[1]
 CHECK = REPO / "scripts" / "lerobot_check.py"
@@ -41,15 +41,7 @@ def _check_module():
 
 
 def _venv_path() -> Path:
-    """ROBO_RL_LEROBOT_VENV, else .venv-lerobot in the main checkout (one venv shared by its git worktrees)."""
-    if os.environ.get("ROBO_RL_LEROBOT_VENV"):
-        return Path(os.environ["ROBO_RL_LEROBOT_VENV"])
-    try:
-        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=REPO,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        return Path(common).parent / ".venv-lerobot"
-    except (OSError, subprocess.CalledProcessError):
-        return REPO / ".venv-lerobot"
+    return shared_venv(".venv-lerobot", "ROBO_RL_LEROBOT_VENV")
 
 
 def _image(key: str, t: int) -> np.ndarray:

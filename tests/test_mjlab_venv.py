@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import shared_venv
 from tests.test_benchmarks import TARGET
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,15 +25,7 @@ pytestmark = pytest.mark.slow  # building the venv the first time takes about a 
 
 
 def _venv_path() -> Path:
-    """ROBO_RL_MJLAB_VENV, else .venv-mjlab in the main checkout (one venv shared by its git worktrees)."""
-    if os.environ.get("ROBO_RL_MJLAB_VENV"):
-        return Path(os.environ["ROBO_RL_MJLAB_VENV"])
-    try:
-        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=REPO,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        return Path(common).parent / ".venv-mjlab"
-    except (OSError, subprocess.CalledProcessError):
-        return REPO / ".venv-mjlab"
+    return shared_venv(".venv-mjlab", "ROBO_RL_MJLAB_VENV")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from robo_rl.algos import bc, ppo, sac
+from robo_rl.algos import bc, ppo, reinflow, sac
 from robo_rl.algos.base import AlgorithmEntry, EnvSpec
 from robo_rl.config import ConfigError
 
@@ -17,6 +17,8 @@ ALGORITHMS: dict[str, AlgorithmEntry] = {
     "ppo": ppo.ENTRY,
     "sac": sac.ENTRY,
     "bc": bc.ENTRY,
+    "flow-bc": bc.FLOW_ENTRY,
+    "reinflow": reinflow.ENTRY,
 }
 
 _NAME = re.compile(r"^[a-z][a-z0-9_\-]*$")

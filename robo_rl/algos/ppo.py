@@ -25,7 +25,7 @@ from robo_rl.algos.base import AlgorithmEntry, EnvSpec
 from robo_rl.config import PolicyConfig, PPOConfig
 from robo_rl.networks.actor_critic import ActorCritic, gaussian_entropy, gaussian_kl, gaussian_log_prob
 from robo_rl.networks.normalizer import EmpiricalNormalization
-from robo_rl.storage import RolloutStorage, compute_gae
+from robo_rl.storage import RolloutStorage, bootstrap_time_outs, compute_gae
 
 LR_MIN, LR_MAX = 1e-5, 1e-2
 REWARD_CLIP = 10.0
@@ -166,19 +166,13 @@ class PPO:
         self, rewards: Tensor, terminated: Tensor, truncated: Tensor, final_critic_obs: Tensor
     ) -> None:
         """Record the outcome of the last `act`; time-outs bootstrap from V(final observation)."""
-        s, t = self.storage, self.storage.step
         if self.return_normalizer is not None:
             rewards = scale_rewards(
                 rewards, self.discounted_return, terminated | truncated, self.return_normalizer, self.cfg.gamma
             )
-        else:
-            rewards = rewards.clone()
-        if truncated.any():
-            ids = truncated.nonzero().squeeze(-1)
-            rewards[ids] += self.cfg.gamma * self.policy.value(final_critic_obs[ids])
-        s.rewards[t] = rewards
-        s.dones[t] = (terminated | truncated).to(torch.float32)
-        s.step += 1
+        rewards = bootstrap_time_outs(rewards, truncated, lambda ids: self.policy.value(final_critic_obs[ids]),
+                                      self.cfg.gamma)
+        self.storage.record_outcome(rewards, terminated, truncated)
 
     @torch.no_grad()
     def compute_returns(self, last_critic_obs: Tensor) -> None:

@@ -21,6 +21,8 @@ from robo_rl.deploy.robot import RobotState
 # The file format shared with the exporter (robo_rl.export): metadata key and tensor names.
 CONTRACT_KEY = "robo_rl.contract"
 INPUT_NAME = "obs"
+NOISE_NAME = "noise"
+"""Second input of a flow policy that samples its initial noise x_0 (contract extra.flow.noise_input_dim wide)."""
 OUTPUT_NAMES = ("actions", "joint_targets")
 
 
@@ -53,10 +55,13 @@ class OnnxPolicy:
         self.contract.validate()  # before anything below relies on its fields
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
-        if inputs != [INPUT_NAME] or tuple(outputs) != OUTPUT_NAMES:
-            raise ValueError(
-                f"policy file {p} has inputs {inputs} and outputs {outputs}; expected ['obs'] and {list(OUTPUT_NAMES)}"
-            )
+        self.noise_dim = int((self.contract.extra.get("flow") or {}).get("noise_input_dim", 0))
+        expected = [INPUT_NAME, NOISE_NAME] if self.noise_dim else [INPUT_NAME]
+        if inputs != expected or tuple(outputs) != OUTPUT_NAMES:
+            raise ValueError(f"policy file {p} has inputs {inputs} and outputs {outputs}; expected {expected} and "
+                             f"{list(OUTPUT_NAMES)}")
+        self.rng = np.random.default_rng(0)
+        """Draws a flow policy's initial noise (standard normal) for every inference."""
         width = self.session.get_inputs()[0].shape[-1]
         if width != self.contract.obs_dim:
             raise ValueError(
@@ -71,7 +76,10 @@ class OnnxPolicy:
         computes every target with `robo_rl.deploy.actions.ActionMap` instead.
         """
         batch = obs[None] if obs.ndim == 1 else obs
-        actions, targets = self.session.run(list(OUTPUT_NAMES), {INPUT_NAME: batch.astype(np.float32, copy=False)})
+        feed = {INPUT_NAME: batch.astype(np.float32, copy=False)}
+        if self.noise_dim:  # a flow policy's x_0 ~ N(0, I), as in simulation
+            feed[NOISE_NAME] = self.rng.standard_normal((batch.shape[0], self.noise_dim), dtype=np.float32)
+        actions, targets = self.session.run(list(OUTPUT_NAMES), feed)
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
 
 

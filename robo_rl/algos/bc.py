@@ -97,36 +97,44 @@ def chunk_indices(episode_index: np.ndarray, horizon: int) -> np.ndarray:
 class BC:
     """Gradient steps of behaviour cloning on in-memory demonstrations (see the module docstring)."""
 
+    stat_names = ("bc_loss", "action_mse")
+    """What `_loss` returns after the loss, averaged by `update`."""
+
     def __init__(self, cfg: BCConfig, policy: ActorCritic, obs: Tensor, actions: Tensor, generator: torch.Generator):
         self.cfg, self.policy, self.generator = cfg, policy, generator
-        self.obs, self.actions = obs, actions  # (M, O), (M, A)
-        params = [p for n, p in policy.named_parameters() if not n.startswith("critic.")]
-        self.optimizer = torch.optim.Adam(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.obs, self.actions = obs, actions  # (M, O), (M, A) or (M, H * A)
+        self.optimizer = torch.optim.Adam(self._trained_parameters(), lr=cfg.learning_rate,
+                                          weight_decay=cfg.weight_decay)
         if int(policy.obs_normalizer.count) == 0 and hasattr(policy.obs_normalizer, "update"):
             policy.obs_normalizer.update(obs)  # fitted once, to the whole dataset
+
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for n, p in self.policy.named_parameters() if not n.startswith("critic.")]
+
+    def _loss(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, ...]:
+        """(loss, action MSE) of a batch of raw observations and demonstrated actions."""
+        mean = self.policy.act_inference(obs)
+        err = (mean - actions).pow(2).mean()
+        if self.cfg.loss == "nll":
+            return -gaussian_log_prob(actions, mean, self.policy.action_log_std()).mean(), err
+        return err, err
 
     def act(self, obs: Tensor, critic_obs: Tensor) -> Tensor:
         return self.policy.act_inference(obs)
 
     def update(self) -> dict[str, float]:
-        """`num_steps_per_env` gradient steps on random batches; mean loss and action error."""
+        """`num_steps_per_env` gradient steps on random batches; the means of `_loss`'s statistics."""
         cfg, m = self.cfg, self.obs.shape[0]
-        total = torch.zeros(2, device=self.obs.device)
+        total = torch.zeros(len(self.stat_names), device=self.obs.device)
         for _ in range(cfg.num_steps_per_env):
             idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=self.generator,
                                 device=self.generator.device).to(self.obs.device)
-            mean = self.policy.act_inference(self.obs[idx])
-            err = (mean - self.actions[idx]).pow(2).mean()
-            if cfg.loss == "nll":
-                loss = -gaussian_log_prob(self.actions[idx], mean, self.policy.action_log_std()).mean()
-            else:
-                loss = err
+            stats = self._loss(self.obs[idx], self.actions[idx])
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            stats[0].backward()
             self.optimizer.step()
-            total += torch.stack([loss.detach(), err.detach()])
-        loss, mse = (total / cfg.num_steps_per_env).tolist()
-        return {"bc_loss": loss, "action_mse": mse}
+            total += torch.stack([x.detach() for x in stats])
+        return dict(zip(self.stat_names, (total / cfg.num_steps_per_env).tolist(), strict=True))
 
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
         return self.policy.inference_policy()
@@ -204,29 +212,14 @@ class FlowBCConfig(BCConfig):
 class FlowBC(BC):
     """Flow-matching gradient steps on in-memory demonstrations (chunks of `policy.horizon` actions)."""
 
-    def __init__(self, cfg: FlowBCConfig, policy: FlowPolicy, obs: Tensor, actions: Tensor,
-                 generator: torch.Generator):
-        self.cfg, self.policy, self.generator = cfg, policy, generator
-        self.obs, self.actions = obs, actions  # (M, O), (M, H * A)
-        self.optimizer = torch.optim.Adam(policy.velocity.parameters(), lr=cfg.learning_rate,
-                                          weight_decay=cfg.weight_decay)
-        if int(policy.obs_normalizer.count) == 0 and hasattr(policy.obs_normalizer, "update"):
-            policy.obs_normalizer.update(obs)  # fitted once, to the whole dataset
+    stat_names = ("flow_loss",)
 
-    def update(self) -> dict[str, float]:
-        """`num_steps_per_env` gradient steps on random batches; mean flow-matching loss."""
-        cfg, m = self.cfg, self.obs.shape[0]
-        total = torch.zeros((), device=self.obs.device)
-        for _ in range(cfg.num_steps_per_env):
-            idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=self.generator,
-                                device=self.generator.device).to(self.obs.device)
-            loss = self.policy.flow_matching_loss(self.policy.obs_normalizer(self.obs[idx]), self.actions[idx],
-                                                  self.generator, shortcut_fraction=cfg.shortcut_fraction)
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            total += loss.detach()
-        return {"flow_loss": (total / cfg.num_steps_per_env).item()}
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.policy.velocity.parameters())  # the noise net and the critic are ReinFlow's
+
+    def _loss(self, obs: Tensor, actions: Tensor) -> tuple[Tensor, ...]:
+        return (self.policy.flow_matching_loss(self.policy.obs_normalizer(obs), actions, self.generator,
+                                               shortcut_fraction=self.cfg.shortcut_fraction),)
 
 
 def build_flow_policy(cfg: FlowPolicyConfig, spec: EnvSpec) -> FlowPolicy:

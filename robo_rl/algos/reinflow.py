@@ -23,6 +23,7 @@ K-step chain from x_0 = 0.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -83,9 +84,8 @@ def chain_stats(policy: FlowPolicy, obs_n: Tensor, chain: Tensor) -> tuple[Tenso
     """Means and stds (B, K, D) of every denoising step of stored chains (B, K + 1, D), in one batched pass."""
     b, k1, d = chain.shape
     k = k1 - 1
-    x = chain[:, :-1].reshape(b * k, d)  # (B K, D) x_0 .. x_{K-1}, as stored (before the clamp)
-    x = torch.cat([x.reshape(b, k, d)[:, :1], _bound(x.reshape(b, k, d)[:, 1:], policy.action_clip)], 1).reshape(
-        b * k, d)  # x_0 enters as drawn; later steps enter clamped to the bound
+    # (B K, D) the steps' inputs: x_0 as drawn, then x̃_1 .. x̃_{K-1} clamped to the bound
+    x = torch.cat([chain[:, :1], _bound(chain[:, 1:-1], policy.action_clip)], 1).reshape(b * k, d)
     t = (torch.arange(k, device=chain.device, dtype=chain.dtype) / k).repeat(b)  # (B K,)
     o = obs_n.repeat_interleave(k, dim=0)  # (B K, O)
     step = torch.full_like(t, 1.0 / k) if policy.velocity.shortcut else None
@@ -143,7 +143,6 @@ class ReinFlow:
         self.actor_optimizer = torch.optim.Adam([*policy.velocity.parameters(), *policy.noise.parameters()],
                                                 lr=cfg.actor_learning_rate)
         self.critic_optimizer = torch.optim.Adam(policy.critic.parameters(), lr=cfg.critic_learning_rate)
-        self.sigma_max_start = float(policy.noise.max_sigma)
         device = next(policy.parameters()).device
         chain_dim = (policy.num_steps + 1) * policy.flat_dim  # the storage's "actions" are flattened chains
         self.storage = RolloutStorage(cfg.num_steps_per_env, num_envs, policy.obs_dim, policy.critic_obs_dim,
@@ -249,7 +248,8 @@ class ReinFlow:
         if cfg.sigma_max_final <= 0:
             return
         frac = min(1.0, self.updates / cfg.sigma_decay_iterations)
-        value = self.sigma_max_start + frac * (cfg.sigma_max_final - self.sigma_max_start)
+        start = self.policy.config.sigma_max
+        value = start + frac * (cfg.sigma_max_final - start)
         self.policy.noise.max_sigma.fill_(max(value, self.policy.noise.sigma_min))
 
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -259,7 +259,7 @@ class ReinFlow:
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(), "generator": self.generator.get_state(),
-                "updates": self.updates, "sigma_max_start": self.sigma_max_start}
+                "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -267,10 +267,9 @@ class ReinFlow:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
-        self.sigma_max_start = float(state["sigma_max_start"])
 
 
-def load_pretrained(cfg: ReinFlowConfig, policy: FlowPolicy, policy_cfg: FlowPolicyConfig) -> None:
+def load_pretrained(cfg: ReinFlowConfig, policy: FlowPolicy) -> None:
     """Copy the pretrained flow-bc policy's velocity net and observation normaliser into `policy`.
 
     Raises:
@@ -286,7 +285,7 @@ def load_pretrained(cfg: ReinFlowConfig, policy: FlowPolicy, policy_cfg: FlowPol
         raise ConfigError(f"config error: algo.pretrained = {cfg.pretrained!r} is a {pre_cfg.algo_name} run; "
                           "reinflow starts from a flow-bc (or reinflow) run")
     for key in _POLICY_SHAPE_FIELDS:
-        ours, theirs = getattr(policy_cfg, key), getattr(pre_cfg.policy, key)
+        ours, theirs = getattr(policy.config, key), getattr(pre_cfg.policy, key)
         if ours != theirs:
             raise ConfigError(f"config error: policy.{key} = {ours!r}, but the pretrained run has {theirs!r}; use "
                               f"the same (--set policy.{key}=...)")
@@ -307,12 +306,8 @@ def build(cfg: ReinFlowConfig, policy: FlowPolicy, spec: EnvSpec, generator: tor
     if cfg.num_mini_batches > cfg.num_steps_per_env * spec.num_envs:
         raise ConfigError(f"config error: algo.num_mini_batches = {cfg.num_mini_batches}: more than the "
                           f"{cfg.num_steps_per_env * spec.num_envs} samples of an iteration")
-    load_pretrained(cfg, policy, policy.config)
-    base = None
-    if cfg.bc_coef > 0:
-        import copy
-
-        base = copy.deepcopy(policy).requires_grad_(False).eval()
+    load_pretrained(cfg, policy)
+    base = copy.deepcopy(policy).requires_grad_(False).eval() if cfg.bc_coef > 0 else None
     return ReinFlow(cfg, policy, base, spec.num_envs, generator)
 
 

@@ -62,6 +62,7 @@ class OnnxPolicy:
                              f"{list(OUTPUT_NAMES)}")
         self.rng = np.random.default_rng(0)
         """Draws a flow policy's initial noise (standard normal) for every inference."""
+        self._noise = np.empty((1, self.noise_dim), dtype=np.float32)  # one observation's noise, reused every tick
         width = self.session.get_inputs()[0].shape[-1]
         if width != self.contract.obs_dim:
             raise ValueError(
@@ -78,7 +79,8 @@ class OnnxPolicy:
         batch = obs[None] if obs.ndim == 1 else obs
         feed = {INPUT_NAME: batch.astype(np.float32, copy=False)}
         if self.noise_dim:  # a flow policy's x_0 ~ N(0, I), as in simulation
-            feed[NOISE_NAME] = self.rng.standard_normal((batch.shape[0], self.noise_dim), dtype=np.float32)
+            noise = self._noise if batch.shape[0] == 1 else np.empty((batch.shape[0], self.noise_dim), np.float32)
+            feed[NOISE_NAME] = self.rng.standard_normal(out=noise, dtype=np.float32)
         actions, targets = self.session.run(list(OUTPUT_NAMES), feed)
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
 

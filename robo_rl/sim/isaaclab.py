@@ -312,7 +312,7 @@ class IsaacLabVecEnv:
         self._episode_length += 1
         if ended.numel():
             returns, lengths = self._episode_return[ended], self._episode_length[ended]
-            info["episode"] = {"ids": ended, "return": returns.clone(), "length": lengths.clone()}
+            info["episode"] = {"ids": ended, "return": returns, "length": lengths}  # indexing copied them
             info["log"].update({
                 "Episode/return": returns.mean().item(),
                 "Episode/length": lengths.mean().item(),

@@ -15,16 +15,26 @@ from torch import nn
 from robo_rl.algos import EnvSpec, algorithm_configs, algorithm_entry
 from robo_rl.algos.base import Algorithm
 from robo_rl.checkpoint import load_run_checkpoint, resolve_checkpoint
-from robo_rl.config import TrainConfig, learner_device, resolve_train_config
+from robo_rl.config import ConfigError, TrainConfig, learner_device, resolve_train_config
+from robo_rl.sim.chunked import chunked
 from robo_rl.tasks import make_env, task_config_class
 from robo_rl.tasks.base import TaskEnv
 
 
 def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = None) -> TaskEnv:
-    """The task env of `cfg`: `num_envs` worlds (default cfg.sim.num_envs), seeded with `seed` (default cfg.seed)."""
-    return make_env(cfg.task, num_envs or cfg.sim.num_envs, cfg=cfg.env, seed=cfg.seed if seed is None else seed,
-                    num_threads=cfg.sim.num_threads, backend=cfg.sim.backend, device=cfg.sim.device,
-                    nconmax=cfg.sim.nconmax, njmax=cfg.sim.njmax)
+    """The task env of `cfg`: `num_envs` worlds (default cfg.sim.num_envs), seeded with `seed` (default cfg.seed).
+
+    A policy that executes action chunks (`policy.execute_steps` E > 1) gets the env that runs E actions per
+    step (`robo_rl.sim.chunked`): training, evaluation, videos and export all see chunk transitions.
+    """
+    env = make_env(cfg.task, num_envs or cfg.sim.num_envs, cfg=cfg.env, seed=cfg.seed if seed is None else seed,
+                   num_threads=cfg.sim.num_threads, backend=cfg.sim.backend, device=cfg.sim.device,
+                   nconmax=cfg.sim.nconmax, njmax=cfg.sim.njmax)
+    try:
+        return chunked(env, getattr(cfg.policy, "execute_steps", 1))
+    except ValueError as exc:
+        env.close()
+        raise ConfigError(f"config error: policy.execute_steps = {cfg.policy.execute_steps}: {exc}") from None
 
 
 def env_spec(env: Any, device: str = "cpu") -> EnvSpec:

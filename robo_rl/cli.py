@@ -110,8 +110,9 @@ def _parser() -> argparse.ArgumentParser:
 
     rc = sub.add_parser("record", help="record demonstrations into a LeRobot v3.0 dataset: a task's scripted expert "
                                        "in simulation, or a teleoperated robot twin")
-    rc.add_argument("--task", help="with --expert: the task to record in simulation")
+    rc.add_argument("--task", help="with --expert or --teacher: the task to record in simulation")
     rc.add_argument("--expert", action="store_true", help="record the task's scripted expert")
+    rc.add_argument("--teacher", metavar="RUN", help="record this trained policy of --task instead (e.g. a PPO run)")
     rc.add_argument("--robot", metavar="hardware/Y.yaml", help="with --teleop: the arm whose twin is teleoperated")
     rc.add_argument("--teleop", choices=("keyboard", "gamepad", "spacemouse"),
                     help="end-effector teleoperation device (keys: w/s a/d r/f move, space gripper, enter ends "

@@ -130,7 +130,8 @@ class ActionSpec:
     clip: float | None = None
     """Symmetric clip of the raw policy output before the terms see it."""
     chunk: int = 1
-    """Actions per inference (action chunking); 1 for plain policies."""
+    """Actions per inference, executed open-loop one per policy_dt (action chunking); 1 for plain policies. With
+    chunk E > 1 the policy's outputs are (B, E, A) and (B, E, J)."""
 
     @property
     def dim(self) -> int:

@@ -51,18 +51,31 @@ def rollout(env, policy: Callable[[Tensor], Tensor], *, random_start: bool = Fal
         obs = next_obs
 
 
+def on_every_step(env, callback: Callable[[Tensor], None]) -> bool:
+    """Have an env that runs action chunks (`robo_rl.sim.chunked`) call `callback(ended)` after each of its env
+    steps (`ended` (N,) bool: the worlds whose episode ended in this chunk); False for any other env, whose
+    caller sees every step itself."""
+    if getattr(env, "steps_per_action", 1) <= 1:
+        return False
+    env.on_substep = callback
+    return True
+
+
 def run_episodes(env, policy: Callable[[Tensor], Tensor], *, video_frames: list | None = None) -> dict[str, Any]:
     """Run each world of `env` for exactly one episode; returns mean return and mean task metrics.
 
-    With `video_frames`, frames of world 0 during its episode are appended to it.
+    With `video_frames`, frames of world 0 during its episode are appended to it (every env step, also
+    inside an action chunk).
     """
     n = env.num_envs
     returns = torch.zeros(n)
     active = torch.ones(n, dtype=torch.bool)
     metrics: dict[str, Tensor] = {}
+    every_step = video_frames is not None and on_every_step(
+        env, lambda ended: active[0] and not ended[0] and video_frames.append(env.render(0)))
     for step in rollout(env, policy):
         returns += step.reward * active
-        if video_frames is not None and active[0]:
+        if video_frames is not None and not every_step and active[0]:
             video_frames.append(env.render(0))
         episode = step.info["episode"]
         if episode:
@@ -82,10 +95,11 @@ def run_episodes(env, policy: Callable[[Tensor], Tensor], *, video_frames: list 
 
 
 def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None,
-                        flow_steps: int | None = None) -> dict[str, Any]:
+                        flow_steps: int | None = None, step_noise: bool | None = None) -> dict[str, Any]:
     """Mean return and task metrics of a checkpoint's deterministic policy, one episode per world.
 
-    `flow_steps` runs a flow policy's deterministic chain with that many denoising steps instead of its trained K.
+    `flow_steps` runs a flow policy's deterministic chain with that many denoising steps instead of its trained K;
+    `step_noise` turns its step noise (`policy.step_noise`) on or off instead of as configured.
     Every input is checked before the evaluation runs (ConfigError, one line): the checkpoint, that
     `flow_steps` applies, and that `video` (optional .mp4 path for the first episode) can be written.
     """
@@ -103,6 +117,10 @@ def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str
         policy = load_policy(state, cfg, env)
         if flow_steps is not None:
             policy.actor.num_steps = flow_steps
+        if step_noise is not None:
+            if not hasattr(policy.actor, "step_noise"):
+                raise ConfigError(f"step noise: the {cfg.algo_name} policy of this run is not a flow policy")
+            policy.actor.step_noise = step_noise
         result = run_episodes(env, policy.act_inference, video_frames=frames)
     finally:
         env.close()

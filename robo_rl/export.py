@@ -50,7 +50,8 @@ class ExportedPolicy(nn.Module):
 
     Args:
         policy: a trained policy module; its `inference_policy()` gives (deterministic actor, normaliser):
-            the Gaussian mean MLP for PPO, bound * tanh(mean) for SAC.
+            the Gaussian mean MLP for PPO, bound * tanh(mean) for SAC, the unrolled chain of a flow policy
+            (whose output is the chunk of E actions (B, E, A) it executes when E > 1: outputs gain that axis).
         contract: the deploy contract (default pose, action scale and clip).
     """
 
@@ -85,19 +86,20 @@ class ExportedPolicy(nn.Module):
 
     def forward(self, obs: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
         obs_n = self.normalizer(obs)
-        actions = self.actor(obs_n, noise) if self.noise_dim else self.actor(obs_n)  # (B, A)
+        actions = self.actor(obs_n, noise) if self.noise_dim else self.actor(obs_n)  # (B, A) or chunks (B, E, A)
         if self.clip is not None:
             actions = actions.clamp(-self.clip, self.clip)
         parts = []
         for i, (kind, cols) in enumerate(self.terms):
             if kind in STATELESS_KINDS:
-                parts.append(getattr(self, f"term{i}_offset") + getattr(self, f"term{i}_scale") * actions[:, cols])
+                parts.append(getattr(self, f"term{i}_offset") + getattr(self, f"term{i}_scale") * actions[..., cols])
             else:
-                parts.append(getattr(self, f"term{i}_nan").expand(actions.shape[0], -1))
-        targets = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # (B, J) term order
+                nan = getattr(self, f"term{i}_nan")
+                parts.append(nan.expand(*actions.shape[:-1], nan.shape[0]))
+        targets = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # (B, [E,] J) term order
         if self.reorder is not None:
-            targets = targets[:, self.reorder]
-        return actions, targets  # (B, A), (B, J)
+            targets = targets[..., self.reorder]
+        return actions, targets  # (B, A), (B, J); chunks (B, E, A), (B, E, J)
 
 
 def onnx_bytes(module: nn.Module, example: Tensor) -> bytes:
@@ -210,6 +212,9 @@ def export_policy(
         contract = dataclasses.replace(contract, extra=extra)
     if hasattr(policy, "deploy_extra"):  # what the graph computes beyond an MLP (a flow policy's chain)
         contract = dataclasses.replace(contract, extra={**contract.extra, **policy.deploy_extra()})
+    chunk = int(getattr(policy, "execute_steps", 1))  # actions per inference, run open-loop on the robot
+    if chunk != contract.action.chunk:
+        contract = dataclasses.replace(contract, action=dataclasses.replace(contract.action, chunk=chunk))
 
     module = ExportedPolicy(policy, contract)
     model = embed_contract(onnx_bytes(module, obs[:4]), contract)

@@ -228,8 +228,9 @@ class Runner:
         raise NotImplementedError
 
     def _samples_per_iteration(self) -> int:
-        """What `Perf/steps_per_s` counts: env steps of all worlds (offline: demonstration samples)."""
-        return self.cfg.algo.num_steps_per_env * self.env.num_envs
+        """What `Perf/steps_per_s` counts: env steps of all worlds (offline: demonstration samples); a chunk
+        executed open-loop counts its E steps."""
+        return self.cfg.algo.num_steps_per_env * self.env.num_envs * getattr(self.env, "steps_per_action", 1)
 
     def _env_step(self, actions: torch.Tensor, episode_logs: dict[str, list[float]]) -> tuple:
         """Step the env, run the NaN guard, track returns and episode logs; returns what `env.step` returns."""

@@ -88,12 +88,15 @@ def record_episodes(
     env, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, *, size: tuple[int, int] = (320, 240)
 ) -> list[np.ndarray]:
     """Frames of world 0 over `episodes` episodes of `env` driven by `policy` (raw obs -> actions)."""
-    from robo_rl.evaluate import rollout
+    from robo_rl.evaluate import on_every_step, rollout
 
     frames = []
     done_count = 0
+    render = lambda: frames.append(env.render(0, width=size[0], height=size[1]))  # noqa: E731
+    every_step = on_every_step(env, lambda ended: render())
     for step in rollout(env, policy):
-        frames.append(env.render(0, width=size[0], height=size[1]))
+        if not every_step:
+            render()
         done_count += int(step.terminated[0] or step.truncated[0])
         if done_count >= episodes:
             break

@@ -1,6 +1,7 @@
 """Flow-matching policies (robo_rl.networks.flow): the chain likelihood, the noise bounds, two modes where a Gaussian
 has one, shortcut consistency, and flow-bc's action chunks."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from robo_rl.algos.bc import FlowPolicyConfig, chunk_indices
+from robo_rl.config import ConfigError
 from robo_rl.networks.flow import FlowPolicy, NoiseNet, chain_log_prob, euler_sample
 
 MODES = torch.tensor([[0.6, 0.6], [-0.6, -0.6]])
@@ -132,3 +134,29 @@ def test_the_actor_is_k_euler_steps_from_its_initial_noise(shortcut_policy):
         x0 = torch.randn(3, 2, generator=p._eval_generator)
         torch.testing.assert_close(got, p.sample(obs, x0, p.num_steps)[:, 0])
     assert got.shape == (3, 2) and p.noise_input_dim == 2 and not torch.equal(got, from_zeros)
+
+
+def test_the_step_noise_actor_is_reinflows_stochastic_chain_given_its_draws():
+    """policy.step_noise: the deployed chain is `noisy_chain` on the graph's noise input (x_0 and one draw per step);
+    zero step draws give the noise-free chain, and ReinFlow's sampler with the same draws gives the same action."""
+    from robo_rl.algos.reinflow import sample_chain
+
+    torch.manual_seed(0)
+    cfg = FlowPolicyConfig(hidden_dims=(16,), noise_hidden_dims=(8,), critic_hidden_dims=(8,), num_steps=2,
+                           horizon=2, step_noise=True)
+    p = FlowPolicy(3, 3, 2, cfg, action_clip=1.0)  # D = 4, K = 2: noise (B, 12)
+    plain = FlowPolicy(3, 3, 2, dataclasses.replace(cfg, step_noise=False), action_clip=1.0)
+    plain.load_state_dict(p.state_dict())
+    assert p.noise_input_dim == 12 and plain.noise_input_dim == 4
+    obs_n = torch.randn(5, 3)
+    with torch.no_grad():
+        x0 = torch.randn(5, 4)
+        torch.testing.assert_close(p.actor(obs_n, torch.cat([x0, torch.zeros(5, 8)], 1)), plain.actor(obs_n, x0))
+        g = torch.Generator().manual_seed(7)
+        chain, _, _ = sample_chain(p, obs_n, g, 1.0)
+        g = torch.Generator().manual_seed(7)
+        draws = torch.cat([torch.randn(5, 4, generator=g) for _ in range(3)], 1)
+        torch.testing.assert_close(p.actor(obs_n, draws), chain[:, -1].clamp(-1, 1).reshape(5, 2, 2)[:, 0])
+    assert p.deploy_extra()["flow"]["step_noise"] is True
+    with pytest.raises(ConfigError, match="step_noise = true needs policy.initial_noise = sample"):
+        FlowPolicyConfig(step_noise=True, initial_noise="zeros").validate()

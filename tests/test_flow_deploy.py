@@ -1,5 +1,7 @@
-"""A flow policy, exported with its initial-noise input, runs on the sim twin through the whole deploy core and
-succeeds as often as in simulation (the evaluation that export records in its contract), within noise."""
+"""A flow policy that executes action chunks, exported with its initial-noise input, runs on the sim twin through the
+whole deploy core and succeeds as often as in simulation (the evaluation that export records in its contract),
+within noise. Chunks of H = 2 actions, both run open-loop: in simulation by the chunked env, on the twin
+by the deploy core's PolicyStep."""
 
 import numpy as np
 import pytest
@@ -43,16 +45,20 @@ def test_flow_bc_reach_policy_on_the_twin_succeeds_as_in_simulation(tmp_path):
                      "--num-envs", "25", "--out", str(demos)]) == 0
     assert cli.main(["train", "--task", "arm-reach", "--algo", "flow-bc", "--dataset", str(demos),
                      "--max-iterations", "100", "--set", f"runner.log_dir={runs}", "--set", "runner.eval_episodes=0",
-                     "--run-name", "flow", "--set", "runner.progress_bar=false"]) == 0
+                     "--run-name", "flow", "--set", "runner.progress_bar=false",
+                     "--set", "policy.horizon=2", "--set", "policy.execute_steps=2"]) == 0
     contract = export_policy(runs / "flow", tmp_path / "reach_flow.onnx", parity_envs=32)
-    assert contract.extra["flow"]["noise_input_dim"] == 7  # the deploy core draws x_0 for every inference
+    assert contract.extra["flow"]["noise_input_dim"] == 14  # the deploy core draws x_0 (2 x 7) for every inference
+    assert contract.action.chunk == 2
     in_sim = contract.extra["train_eval"]["success"]  # 32 episodes in simulation
     session = open_session(tmp_path / "reach_flow.onnx", REPO / "hardware" / "panda.yaml", realtime=False)
     distances = reach_from_home(session, TARGETS)
     on_twin = float(np.mean(distances < 0.03))  # arm-reach's success distance
-    print(f"flow reach success: twin {on_twin:.3f} ({TARGETS} targets), simulation {in_sim:.3f}; "
+    print(f"flow reach success (chunks): twin {on_twin:.3f} ({TARGETS} targets), simulation {in_sim:.3f}; "
           f"distances {np.round(distances, 3).tolist()}")
-    assert in_sim >= 0.7, in_sim  # the cloned policy reaches in simulation
+    # the cloned policy reaches in simulation (measured 0.72 with these chunks; 0.91 re-planning every step, 0.69
+    # with H = 4, E = 2: open-loop steps correct less)
+    assert in_sim >= 0.6, in_sim
     # the same rate within noise: two binomial standard errors of 16 episodes at the simulated rate, plus 0.1
     tolerance = 2 * np.sqrt(in_sim * (1 - in_sim) / TARGETS) + 0.1
     assert on_twin >= in_sim - tolerance, (on_twin, in_sim, tolerance)

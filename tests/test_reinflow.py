@@ -129,19 +129,20 @@ def test_a_flow_policy_exports_with_its_noise_input_and_runs_in_the_deploy_core(
     assert call(["record", "--task", "arm-reach", "--expert", "--episodes", "2", "--num-envs", "2",
                  "--out", str(demos)]) == 0
     runs = {}
-    for noise in ("sample", "zeros"):
+    for noise in ("sample", "zeros", "steps"):  # x_0 drawn, x_0 = 0, x_0 and every step's noise drawn
+        initial, steps = ("sample", "true") if noise == "steps" else (noise, "false")
         assert call(["train", "--task", "arm-reach", "--algo", "flow-bc", "--dataset", str(demos), "--num-envs", "2",
                      "--max-iterations", "1", "--set", "algo.num_steps_per_env=2",
                      "--set", f"runner.log_dir={tmp_path}",
                      "--set", "runner.eval_episodes=0", "--set", "policy.hidden_dims=[16]",
-                     "--set", f"policy.initial_noise={noise}", "--set", "policy.num_steps=3",
-                     "--run-name", noise]) == 0
+                     "--set", f"policy.initial_noise={initial}", "--set", f"policy.step_noise={steps}",
+                     "--set", "policy.num_steps=3", "--run-name", noise]) == 0
         contract = export_policy(tmp_path / noise, tmp_path / f"{noise}.onnx", parity_envs=2, parity_steps=2,
                                  evaluate=False)  # parity <= 1e-5 with random noise, or it raises
         runs[noise] = (contract, OnnxPolicy(tmp_path / f"{noise}.onnx"))
     contract, policy = runs["sample"]
     assert contract.extra["flow"] == {"num_steps": 3, "horizon": 1, "variant": "shortcut", "initial_noise": "sample",
-                                      "noise_input_dim": 7, "executed": "first action of each chunk"}
+                                      "step_noise": False, "noise_input_dim": 7, "execute_steps": 1}
     obs = np.zeros(contract.obs_dim, dtype=np.float32)
     first, second = policy(obs)[0], policy(obs)[0]
     assert first.shape == (7,) and not np.array_equal(first, second)  # a fresh x_0 every inference
@@ -150,8 +151,53 @@ def test_a_flow_policy_exports_with_its_noise_input_and_runs_in_the_deploy_core(
     assert zeros_contract.extra["flow"]["noise_input_dim"] == 0
     assert [i.name for i in zeros_policy.session.get_inputs()] == ["obs"]
     assert np.array_equal(zeros_policy(obs)[0], zeros_policy(obs)[0])  # integrates from zeros: deterministic
+    steps_contract, steps_policy = runs["steps"]
+    assert steps_contract.extra["flow"]["noise_input_dim"] == 4 * 7  # x_0 and 3 steps' draws
+    assert steps_policy.session.get_inputs()[1].shape[-1] == 28
     capsys.readouterr()
     assert call(["play", str(tmp_path / "sample"), "--episodes", "2", "--flow-steps", "1"]) == 0
     assert "evaluation: 2 episodes" in capsys.readouterr().out
     assert call(["play", str(tmp_path / "sample"), "--episodes", "2", "--flow-steps", "0"]) != 0
     assert "--flow-steps 0: must be 1 .. 128" in capsys.readouterr().err
+
+
+def test_quadruped_presets_from_a_ppo_teacher(tmp_path, capsys):
+    """The quadruped-walk-flat pipeline end to end at toy size: PPO teacher -> record --teacher -> flow-bc and ReinFlow
+    presets (chunks of 4 run open-loop)."""
+    common = ["--num-envs", "4", "--set", f"runner.log_dir={tmp_path}", "--set", "runner.eval_episodes=0",
+              "--set", "runner.progress_bar=false", "--set", "env.episode_length_s=0.5"]
+    assert call(["train", "--task", "quadruped-walk-flat", "--max-iterations", "1", "--set", "algo.num_steps_per_env=4",
+                 "--set", "algo.num_mini_batches=1", *common, "--run-name", "ppo"]) == 0
+    demos = tmp_path / "go2"
+    assert call(["record", "--task", "quadruped-walk-flat", "--teacher", str(tmp_path / "ppo"), "--episodes", "2",
+                 "--num-envs", "2", "--noise", "0.1", "--out", str(demos)]) == 0
+    out = capsys.readouterr().out
+    assert "2 episodes, 50 frames, dropped frames 0" in out  # 0.5 s at 50 Hz: the teacher's task config
+    from robo_rl.builders import load_policy, load_trained
+    from robo_rl.demos.dataset import DatasetReader
+    from robo_rl.tasks import make_env
+
+    frames = DatasetReader(demos).frames(["observation.policy", "action"])
+    _, state, cfg = load_trained(tmp_path / "ppo")
+    teacher = load_policy(state, cfg, make_env("quadruped-walk-flat", 1))
+    with torch.no_grad():  # the labels are the teacher's actions on the very observations recorded (noise included)
+        want = teacher.act_inference(torch.tensor(frames["observation.policy"], dtype=torch.float32))
+    want = want.clamp(-cfg.env.action_clip, cfg.env.action_clip)
+    torch.testing.assert_close(torch.tensor(frames["action"], dtype=torch.float32), want, atol=1e-5, rtol=1e-5)
+    small = ["--set", "policy.hidden_dims=[16]", "--set", "policy.noise_hidden_dims=[8]",
+             "--set", "policy.critic_hidden_dims=[16]"]
+    assert call(["train", "--config", "sim_configs/quadruped-walk-flat-flow-bc.yaml", "--dataset", str(demos),
+                 "--max-iterations", "1", "--set", "algo.num_steps_per_env=2", *small, *common,
+                 "--run-name", "fbc"]) == 0
+    assert call(["train", "--config", "sim_configs/quadruped-walk-flat-reinflow.yaml", "--max-iterations", "1",
+                 "--set", f"algo.pretrained={tmp_path / 'fbc'}", "--set", "algo.num_steps_per_env=3",
+                 "--set", "algo.num_mini_batches=2", *small, *common, "--run-name", "rf"]) == 0
+    assert (tmp_path / "rf" / "model_000001.pt").is_file()
+    capsys.readouterr()
+    assert call(["record", "--task", "arm-reach", "--teacher", str(tmp_path / "ppo"), "--episodes", "1",
+                 "--out", str(tmp_path / "x")]) != 0
+    assert "was trained on 'quadruped-walk-flat', not 'arm-reach'" in capsys.readouterr().err
+    assert call(["record", "--task", "quadruped-walk-flat", "--expert", "--episodes", "1",
+                 "--out", str(tmp_path / "y")]) != 0
+    err = capsys.readouterr().err
+    assert "has no scripted expert" in err and "--teacher RUN" in err

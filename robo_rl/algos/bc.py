@@ -169,12 +169,20 @@ class FlowPolicyConfig:
     """A flow-matching policy over action chunks (robo_rl.networks.flow), with ReinFlow's noise net and critic."""
 
     horizon: int = _f(1, ge=1, le=64)
-    """Action chunk length H (1: one action per inference)."""
+    """Action chunk length H that the policy predicts (1: one action per inference)."""
+    execute_steps: int = _f(1, ge=1, le=64)
+    """E <= H: the first E actions of each chunk run open-loop, one per env step, before the policy is asked again
+    (1: receding horizon, a new chunk every step). In training and evaluation (`robo_rl.sim.chunked`) and on the
+    robot (the contract's `action.chunk`)."""
     num_steps: int = _f(4, ge=1, le=128)
     """Denoising steps K of the deployed policy (Euler steps from x_0 = 0)."""
     initial_noise: str = _f("sample", choices=("sample", "zeros"))
     """x_0 of the deployed chain: `sample` draws N(0, I) (the exported graph takes it as input `noise`, the robot side
     draws it), `zeros` integrates from 0 (deterministic, but it can fall between a multimodal policy's modes)."""
+    step_noise: bool = False
+    """The deployed chain also adds ReinFlow's learned noise σ_φ(s, t_k) at every denoising step: the stochastic
+    policy ReinFlow fine-tuned, not its noise-free chain (the `noise` input is then (K + 1) H A wide; needs
+    `initial_noise: sample`). Meant for a fine-tuned policy: after flow-bc alone the noise net is untrained."""
     variant: str = _f("shortcut", choices=("shortcut", "rectified"))
     """`shortcut`: conditioned on the step size, so 1-4 steps stay accurate; `rectified`: plain rectified flow."""
     hidden_dims: tuple[int, ...] = _f((256, 256, 256))
@@ -195,6 +203,12 @@ class FlowPolicyConfig:
     """Normalised observations are clipped to +-this (0: not clipped), as BCPolicyConfig's."""
 
     def validate(self) -> None:
+        if self.step_noise and self.initial_noise != "sample":
+            raise ConfigError("config error: policy.step_noise = true needs policy.initial_noise = sample (the chain "
+                              "is stochastic from x_0 on)")
+        if self.execute_steps > self.horizon:
+            raise ConfigError(f"config error: policy.execute_steps = {self.execute_steps}: must be <= policy.horizon "
+                              f"= {self.horizon} (the actions of one chunk)")
         if self.sigma_min > self.sigma_max:
             raise ConfigError(f"config error: policy.sigma_min = {self.sigma_min!r}: must be <= policy.sigma_max "
                               f"= {self.sigma_max!r}")

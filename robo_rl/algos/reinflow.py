@@ -17,8 +17,12 @@ exact log-likelihood (`robo_rl.networks.flow.chain_log_prob`), and PPO optimises
 - the policy observation normaliser is the pretrained one, frozen: the old log-probabilities stay exactly
   what the update recomputes (a first-epoch ratio that is not 1 silently ruins training: ReinFlow #5).
 
+Action chunks: the chain's sample is a chunk of H actions; the first E (`policy.execute_steps`) run open-loop
+for E env steps (`robo_rl.sim.chunked`), so one PPO transition is one chunk, with the rewards summed over it
+and `algo.gamma` discounting per chunk. The likelihood covers the whole chain (all H actions), as in ReinFlow.
+
 The policy starts from a `flow-bc` checkpoint (`algo.pretrained`) and exports like it: the deterministic
-K-step chain from x_0 = 0.
+K-step chain from x_0 (drawn, or 0).
 """
 
 from __future__ import annotations
@@ -34,12 +38,9 @@ from robo_rl.algos.base import AlgorithmEntry, EnvSpec
 from robo_rl.algos.bc import FlowPolicyConfig, build_flow_policy
 from robo_rl.algos.ppo import approx_kl, clip_fraction, clipped_surrogate_loss, explained_variance, normalize_advantages
 from robo_rl.config import ConfigError, _f
-from robo_rl.networks.flow import FlowPolicy, chain_log_prob, euler_sample
+from robo_rl.networks.flow import FlowPolicy, chain_log_prob, euler_sample, noisy_chain
 from robo_rl.networks.normalizer import EmpiricalNormalization
 from robo_rl.storage import RolloutStorage, bootstrap_time_outs, compute_gae
-
-NOISE_CLIP = 3.0
-"""Per-step noise is clipped to +-NOISE_CLIP standard deviations."""
 
 _POLICY_SHAPE_FIELDS = ("horizon", "variant", "hidden_dims", "activation", "time_dim", "obs_normalization")
 """Policy settings the pretrained checkpoint must share (they shape or feed the velocity network)."""
@@ -52,7 +53,7 @@ class ReinFlowConfig:
     pretrained: str = ""
     """The flow-bc run or checkpoint to fine-tune (its velocity net and observation normaliser)."""
     num_steps_per_env: int = _f(100, ge=1)
-    """Policy steps per world per iteration."""
+    """Policy decisions per world per iteration (each runs `policy.execute_steps` env steps)."""
     num_learning_epochs: int = _f(5, ge=1)
     num_mini_batches: int = _f(8, ge=1)
     clip_param: float = _f(0.01, gt=0.0, le=1.0)
@@ -97,27 +98,13 @@ def chain_stats(policy: FlowPolicy, obs_n: Tensor, chain: Tensor) -> tuple[Tenso
 @torch.no_grad()
 def sample_chain(policy: FlowPolicy, obs_n: Tensor, generator: torch.Generator,
                  clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
-    """One stochastic chain per row: (chain (B, K + 1, D), means (B, K, D), stds (B, K, D)).
+    """One stochastic chain per row (`noisy_chain`): (chain (B, K + 1, D), means (B, K, D), stds (B, K, D)).
 
-    x_0 ~ N(0, I); x̃_{k+1} = mean_k + std_k * clip(ε, ±3) (stored), mean_k = c(x̃_k) + v(c(x̃_k), t_k) / K with c the
-    clamp to the bound (not applied to x_0); the action is c(x̃_K).
+    x_0 ~ N(0, I), then one N(0, I) draw per step; the action is c(x̃_K) (c: the clamp to the bound).
     """
     b, d, k = obs_n.shape[0], policy.flat_dim, policy.num_steps
-    dev = obs_n.device
-    x = torch.randn(b, d, generator=generator, device=generator.device).to(dev)
-    chain, means, stds = [x], [], []
-    step = torch.full((b,), 1.0 / k, device=dev) if policy.velocity.shortcut else None
-    for i in range(k):
-        t = torch.full((b,), i / k, device=dev)
-        inp = x if i == 0 else _bound(x, clip)
-        mean = inp + policy.velocity(inp, t, obs_n, step) / k
-        std = policy.noise(t, obs_n)
-        eps = torch.randn(b, d, generator=generator, device=generator.device).to(dev).clamp(-NOISE_CLIP, NOISE_CLIP)
-        x = mean + std * eps
-        chain.append(x)
-        means.append(mean)
-        stds.append(std)
-    return torch.stack(chain, 1), torch.stack(means, 1), torch.stack(stds, 1)
+    draws = [torch.randn(b, d, generator=generator, device=generator.device).to(obs_n.device) for _ in range(k + 1)]
+    return noisy_chain(policy.velocity, policy.noise, obs_n, draws[0], torch.stack(draws[1:], 1), clip)
 
 
 def noise_entropy(stds: Tensor) -> Tensor:
@@ -153,7 +140,8 @@ class ReinFlow:
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
     def act(self, obs: Tensor, critic_obs: Tensor) -> Tensor:
-        """Sample one chain per world; the action (N, A) is the first action of its final sample."""
+        """Sample one chain per world; the executed actions are the first of its final sample's chunk: (N, A), or
+        (N, E, A) for a policy that executes E > 1 (the env runs them open-loop: `robo_rl.sim.chunked`)."""
         s, t = self.storage, self.storage.step
         policy = self.policy
         if isinstance(policy.critic_obs_normalizer, EmpiricalNormalization):
@@ -166,7 +154,8 @@ class ReinFlow:
         s.actions[t] = chain.flatten(1)
         s.log_probs[t] = chain_log_prob(chain, means, stds)
         s.values[t] = policy.critic(critic_n).squeeze(-1)
-        return _bound(chain[:, -1], policy.action_clip).reshape(-1, policy.horizon, policy.action_dim)[:, 0]
+        chunk = _bound(chain[:, -1], policy.action_clip).reshape(-1, policy.horizon, policy.action_dim)
+        return chunk[:, 0] if policy.execute_steps == 1 else chunk[:, : policy.execute_steps]
 
     @torch.no_grad()
     def process_env_step(self, rewards: Tensor, terminated: Tensor, truncated: Tensor,
@@ -300,9 +289,6 @@ def load_pretrained(cfg: ReinFlowConfig, policy: FlowPolicy) -> None:
 
 
 def build(cfg: ReinFlowConfig, policy: FlowPolicy, spec: EnvSpec, generator: torch.Generator) -> ReinFlow:
-    if policy.horizon != 1:
-        raise ConfigError(f"config error: policy.horizon = {policy.horizon}: reinflow fine-tunes single-action "
-                          "policies so far (horizon 1); flow-bc trains chunks")
     if cfg.num_mini_batches > cfg.num_steps_per_env * spec.num_envs:
         raise ConfigError(f"config error: algo.num_mini_batches = {cfg.num_mini_batches}: more than the "
                           f"{cfg.num_steps_per_env * spec.num_envs} samples of an iteration")

@@ -12,8 +12,11 @@ from robo_rl.config import UserError
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    if bool(args.expert) == bool(args.teleop) or (args.expert and not args.task) or (args.teleop and not args.robot):
-        raise UserError("record: give either --task TASK --expert (simulation) or --robot HW --teleop DEVICE")
+    sim = bool(args.expert or args.teacher)
+    if (args.expert and args.teacher) or sim == bool(args.teleop) or (sim and not args.task) or (
+            args.teleop and not args.robot):
+        raise UserError("record: give either --task TASK --expert or --task TASK --teacher RUN (simulation), or "
+                        "--robot HW --teleop DEVICE")
     if args.episodes < 1 or args.num_envs < 1 or not 8 <= args.image_size <= 1024 or args.noise < 0:
         raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
     if args.teleop:
@@ -30,11 +33,13 @@ def cmd_record(args: argparse.Namespace) -> int:
     try:
         summary = record_expert(args.task, args.episodes, args.out, num_envs=args.num_envs, cameras=args.cameras,
                                 image_size=args.image_size, seed=args.seed, action_noise=args.noise,
-                                progress=progress)
+                                teacher=args.teacher, progress=progress)
     except ValueError as exc:
         raise UserError(f"record: {exc}") from None
-    print(f"dataset {args.out}: {summary['episodes']} episodes, {summary['frames']} frames, expert success "
-          f"{summary['success_rate']:.2f}, dropped frames {summary['dropped']}")
+    rate = summary["success_rate"]  # NaN for a task without a success metric (locomotion)
+    success = f", {'teacher' if args.teacher else 'expert'} success {rate:.2f}" if rate == rate else ""
+    print(f"dataset {args.out}: {summary['episodes']} episodes, {summary['frames']} frames{success}, dropped frames "
+          f"{summary['dropped']}")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""Record scripted-expert demonstrations in simulation into a LeRobot v3.0 dataset, cameras included.
+"""Record expert demonstrations in simulation into a LeRobot v3.0 dataset, cameras included.
 
-`record_expert` runs the task's expert in N parallel worlds (`robo_rl.tasks.experts.EXPERTS`); each world
+`record_expert` runs the task's scripted expert (`robo_rl.tasks.experts.EXPERTS`), or a trained teacher policy,
+in N parallel worlds; each world
 buffers its episode and hands it to the dataset writer when it ends, so episodes are whole and in the
 order they finish. Per frame: `observation.state` (the robot's joint positions), `observation.policy`
 (the policy observation of the task's deploy contract, what a policy trained on it sees),
@@ -45,25 +46,75 @@ def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[s
     return features
 
 
+class _ScriptedExpert:
+    """The task's scripted expert (`robo_rl.tasks.experts`) as an actor: (obs groups) -> actions (N, A)."""
+
+    def __init__(self, task: str, env: Any):
+        self.env, self.expert = env, EXPERTS[task](env)
+
+    def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.expert(self.env)
+
+    def reset(self, ids: torch.Tensor) -> None:
+        self.expert.reset(ids)
+
+
+class _Teacher:
+    """A trained policy's deterministic actions (a PPO or SAC teacher) as an actor; stateless between episodes."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+
+    def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.policy.act_inference(obs["policy"])
+
+    def reset(self, ids: torch.Tensor) -> None:
+        pass
+
+
+def _teacher_env(task: str, teacher: str, num_envs: int, seed: int) -> tuple[Any, _Teacher]:
+    """The env the teacher run was trained in (its task config) and the teacher; ValueError (one line) if the run
+    is of another task or runs action chunks."""
+    from robo_rl.builders import load_policy, load_trained
+
+    _, state, cfg = load_trained(teacher)
+    if cfg.task != task:
+        raise ValueError(f"--teacher {teacher}: the run was trained on {cfg.task!r}, not {task!r}")
+    if getattr(cfg.policy, "execute_steps", 1) > 1:
+        raise ValueError(f"--teacher {teacher}: its policy executes action chunks; record from a one-step policy")
+    env = make_env(task, num_envs, cfg=cfg.env, seed=seed)
+    with torch.no_grad():
+        return env, _Teacher(load_policy(state, cfg, env))
+
+
 def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 8, cameras: Sequence[str] = (),
-                  image_size: int = 96, seed: int = 0, action_noise: float = 0.0,
+                  image_size: int = 96, seed: int = 0, action_noise: float = 0.0, teacher: str | None = None,
                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Record `episodes` expert episodes of `task` into a new dataset `out`; returns a summary.
 
+    The expert is the task's scripted one, or with `teacher` (a run folder or checkpoint of `task`) that trained
+    policy's deterministic actions, in the task config it was trained with (demonstrations for a task without a
+    scripted expert: a PPO teacher for the quadruped).
     action_noise: std of Gaussian noise added to the actions executed (not to the ones recorded), so the
         demonstrations also show the expert recovering from states it would not visit itself (DART);
         behaviour cloning needs that to stay on track.
     Returns {"episodes", "frames", "success_rate", "dropped"}; `progress(n)` is called after each episode.
     """
-    if task not in EXPERTS:
-        raise ValueError(f"task {task!r} has no scripted expert; tasks with one: {', '.join(EXPERTS)}")
+    if teacher is None and task not in EXPERTS:
+        raise ValueError(f"task {task!r} has no scripted expert (tasks with one: {', '.join(EXPERTS)}); record a "
+                         "trained policy with --teacher RUN")
     if episodes < 1:
         raise ValueError(f"episodes = {episodes}: must be >= 1")
-    env = make_env(task, min(num_envs, episodes), seed=seed)
+    n_worlds = min(num_envs, episodes)
+    if teacher is None:
+        env = make_env(task, n_worlds, seed=seed)
+        expert: _ScriptedExpert | _Teacher = _ScriptedExpert(task, env)
+    else:
+        env, expert = _teacher_env(task, teacher, n_worlds, seed)
     try:
-        expert = EXPERTS[task](env)
         features = expert_features(env, cameras, image_size)
-        info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": "scripted expert"}}
+        source = "scripted expert" if teacher is None else f"teacher policy {Path(teacher).name}"
+        info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": source}}
         writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot,
                                extra_info=info)
         n = env.num_envs
@@ -74,8 +125,8 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
         task_text = env.description or task
         noise = torch.Generator().manual_seed(seed + 7)
         while written < episodes:
-            with single_torch_thread():
-                action = expert(env).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
+            with single_torch_thread(), torch.no_grad():
+                action = expert(obs).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
                 executed = action
                 if action_noise > 0:
                     executed = (action + action_noise * torch.randn(action.shape, generator=noise)).clamp(
@@ -110,10 +161,16 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
                 expert.reset(ended["ids"])
         writer.close()
         stats = writer.stats()
-        return {"episodes": written, "frames": stats.frames_written, "success_rate": float(np.nanmean(successes)),
+        return {"episodes": written, "frames": stats.frames_written, "success_rate": _mean_success(successes),
                 "dropped": stats.frames_dropped}
     finally:
         env.close()
+
+
+def _mean_success(successes: list[float]) -> float:
+    """Mean success of the recorded episodes; NaN for a task without a success metric."""
+    values = np.asarray(successes, dtype=np.float64)
+    return float(values[np.isfinite(values)].mean()) if np.isfinite(values).any() else float("nan")
 
 
 def json_contract(env: Any) -> Any:

@@ -60,6 +60,11 @@ class OnnxPolicy:
         if inputs != expected or tuple(outputs) != OUTPUT_NAMES:
             raise ValueError(f"policy file {p} has inputs {inputs} and outputs {outputs}; expected {expected} and "
                              f"{list(OUTPUT_NAMES)}")
+        chunk = self.contract.action.chunk
+        shape = self.session.get_outputs()[0].shape  # [batch, A] or [batch, E, A]
+        if (len(shape) == 3) != (chunk > 1) or (chunk > 1 and shape[1] != chunk):
+            raise ValueError(f"policy file {p}: output actions of shape {shape} do not match the contract's "
+                             f"action.chunk = {chunk}")
         self.rng = np.random.default_rng(0)
         """Draws a flow policy's initial noise (standard normal) for every inference."""
         self._noise = np.empty((1, self.noise_dim), dtype=np.float32)  # one observation's noise, reused every tick
@@ -72,6 +77,8 @@ class OnnxPolicy:
 
     def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """obs (O,) or (B, O) float32 -> (actions (A,) or (B, A), joint_targets (J,) or (B, J), contract joint order).
+
+        A policy with contract action.chunk E > 1 returns chunks: (E, A) and (E, J), or (B, E, A) and (B, E, J).
 
         joint_targets is NaN for the joints of state-dependent action terms (ee_delta, gripper): `PolicyStep`
         computes every target with `robo_rl.deploy.actions.ActionMap` instead.
@@ -102,7 +109,7 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
 
     Checks the contract on its own (`DeployContract.validate`), then against the hardware: joints,
     robot, rate, observation terms computable on this robot kind (IMU terms need `kind: legged`),
-    chunk 1 (the deploy side runs one action per inference), default pose inside the limits, torque
+    default pose inside the limits, torque
     limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max), and action terms the
     robot can carry out (`check_action_terms`).
 
@@ -151,9 +158,6 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
         if t.name not in allowed:
             raise ValueError(f"contract observation term {t.name!r} is not computed by the deploy side on a "
                              f"{hw.kind} robot (computable: {', '.join(allowed)})")
-    if contract.action.chunk != 1:
-        raise ValueError(f"contract action.chunk = {contract.action.chunk}: the deploy side runs one action "
-                         f"per inference (must be 1)")
     check_action_terms(contract, hw)
 
 
@@ -195,6 +199,10 @@ class PolicyStep:
 
     `commands` (an OperatorCommands) may be changed while running, by whoever drives the robot
     (keyboard, ROS topic, test), through `set_command` or `commands[name] = value`: both check the value.
+
+    Action chunks (contract action.chunk E > 1): the policy runs on every E-th tick and its E actions are
+    executed one per tick, open-loop, as in training (`robo_rl.sim.chunked`); `reset` (a new POLICY phase)
+    starts a new chunk. The observation is still built every tick: its histories and `last_obs` stay per tick.
     """
 
     def __init__(self, policy: OnnxPolicy, hw: HardwareSpec, commands: Mapping[str, object] | None = None,
@@ -216,6 +224,9 @@ class PolicyStep:
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
         self.action_map = ActionMap(policy.contract)  # every joint target, from actions and the measured joints
         self.last_obs: np.ndarray | None = None  # (O,) input of the latest step, for recording
+        self.chunk = policy.contract.action.chunk
+        self._chunk: np.ndarray | None = None  # (E, A) the actions being executed
+        self._chunk_pos = 0  # next row of _chunk; a new chunk is computed when it reaches E
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
 
@@ -232,11 +243,19 @@ class PolicyStep:
         self.last_action[:] = 0.0
         self.builder.reset()
         self.action_map.reset()
+        self._chunk_pos = self.chunk  # the next tick infers a new chunk
 
     def __call__(self, state: RobotState) -> np.ndarray:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
         self.last_obs = obs
-        actions, _ = self.policy(obs)
+        if self.chunk == 1:
+            actions, _ = self.policy(obs)
+        else:
+            if self._chunk is None or self._chunk_pos >= self.chunk:
+                self._chunk, _ = self.policy(obs)  # (E, A)
+                self._chunk_pos = 0
+            actions = self._chunk[self._chunk_pos]
+            self._chunk_pos += 1
         self.last_action = actions
         targets = self.action_map(actions, state.q[self.builder.policy_index(state.joint_names)])  # (J,) policy order
         if state.joint_names != self._state_names:  # joint order of the state, resolved by name once

@@ -101,6 +101,33 @@ def chain_log_prob(chain: Tensor, means: Tensor, stds: Tensor) -> Tensor:
     return prior + steps.sum(-1)
 
 
+NOISE_CLIP = 3.0
+"""ReinFlow's per-step noise is clipped to +-NOISE_CLIP standard deviations."""
+
+
+def noisy_chain(velocity: VelocityNet, noise_net: NoiseNet, obs: Tensor, x0: Tensor, eps: Tensor,
+                clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
+    """ReinFlow's stochastic K-step chain from given draws: (chain (B, K + 1, D), means (B, K, D), stds (B, K, D)).
+
+    x0 (B, D) and eps (B, K, D) are standard normal draws; x̃_{k+1} = mean_k + std_k * clip(eps_k, ±3) is stored,
+    mean_k = c(x̃_k) + v(c(x̃_k), t_k) / K with c the clamp to `clip` (not applied to x_0), std_k = σ_φ(s, t_k).
+    The action chunk is c(x̃_K); with eps = 0 it is `euler_sample`'s.
+    """
+    b, k = x0.shape[0], eps.shape[1]
+    step = torch.full((b,), 1.0 / k, device=x0.device, dtype=x0.dtype) if velocity.shortcut else None
+    x, chain, means, stds = x0, [x0], [], []
+    for i in range(k):
+        t = torch.full((b,), i / k, device=x0.device, dtype=x0.dtype)
+        inp = x if i == 0 or clip is None else x.clamp(-clip, clip)
+        mean = inp + velocity(inp, t, obs, step) / k
+        std = noise_net(t, obs)
+        x = mean + std * eps[:, i].clamp(-NOISE_CLIP, NOISE_CLIP)
+        chain.append(x)
+        means.append(mean)
+        stds.append(std)
+    return torch.stack(chain, 1), torch.stack(means, 1), torch.stack(stds, 1)
+
+
 class NoiseNet(nn.Module):
     """σ_φ(obs, t_k): a per-dimension std in [σ_min, σ_max] (tanh-squashed log-std).
 
@@ -128,25 +155,41 @@ class NoiseNet(nn.Module):
 
 
 class DeterministicFlowActor(nn.Module):
-    """(normalised obs (B, O), x_0 (B, D) or None for zeros) -> the first action of the chunk (B, A): K Euler steps.
+    """(normalised obs (B, O), noise or None) -> the executed actions: K Euler steps, deterministic given the noise.
 
-    What `inference_policy()` returns and export turns into ONNX (the K steps unrolled in the graph).
+    The first action (B, A) of the chunk, or its first E actions (B, E, A) for a policy that executes E > 1
+    open-loop. `noise` is x_0 (B, D) (None: zeros), or with `step_noise` x_0 and the K steps' standard normal
+    draws (B, (K + 1) D): ReinFlow's stochastic chain (`noisy_chain`) with the policy's noise net. What
+    `inference_policy()` returns and export turns into ONNX (the K steps unrolled in the graph).
     """
 
-    def __init__(self, velocity: VelocityNet, horizon: int, action_dim: int, num_steps: int, clip: float | None):
+    def __init__(self, velocity: VelocityNet, noise_net: NoiseNet, horizon: int, action_dim: int, num_steps: int,
+                 clip: float | None, execute_steps: int = 1, step_noise: bool = False):
         super().__init__()
-        self.velocity, self.horizon, self.action_dim = velocity, horizon, action_dim
-        self.num_steps, self.clip = num_steps, clip
+        self.velocity, self.noise_net, self.horizon, self.action_dim = velocity, noise_net, horizon, action_dim
+        self.num_steps, self.clip, self.execute_steps, self.step_noise = num_steps, clip, execute_steps, step_noise
 
-    def chunk(self, obs_n: Tensor, x0: Tensor | None = None) -> Tensor:
-        """The action chunk (B, H, A) integrated from x0 (B, H * A; None: zeros) for normalised observations (B, O)."""
-        if x0 is None:
-            x0 = torch.zeros(obs_n.shape[0], self.horizon * self.action_dim, device=obs_n.device, dtype=obs_n.dtype)
-        x = euler_sample(self.velocity, obs_n, x0, self.num_steps, clip=self.clip)
+    def chunk(self, obs_n: Tensor, noise: Tensor | None = None) -> Tensor:
+        """The action chunk (B, H, A) for normalised observations (B, O) and the noise (see the class)."""
+        d = self.horizon * self.action_dim
+        if noise is None:
+            noise = torch.zeros(obs_n.shape[0], d, device=obs_n.device, dtype=obs_n.dtype)
+        if not self.step_noise:
+            x = euler_sample(self.velocity, obs_n, noise, self.num_steps, clip=self.clip)
+        else:
+            eps = noise[:, d:].reshape(-1, self.num_steps, d)
+            x = noisy_chain(self.velocity, self.noise_net, obs_n, noise[:, :d], eps, self.clip)[0][:, -1]
+            x = x if self.clip is None else x.clamp(-self.clip, self.clip)
         return x.reshape(-1, self.horizon, self.action_dim)
 
-    def forward(self, obs_n: Tensor, x0: Tensor | None = None) -> Tensor:
-        return self.chunk(obs_n, x0)[:, 0]
+    def forward(self, obs_n: Tensor, noise: Tensor | None = None) -> Tensor:
+        chunk = self.chunk(obs_n, noise)
+        return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
+
+    def noise_width(self, initial_noise: str) -> int:
+        """Size of `noise` the chain takes: (K + 1) D with step noise, D when it samples x_0, else 0."""
+        d = self.horizon * self.action_dim
+        return d * (self.num_steps + 1) if self.step_noise else d if initial_noise == "sample" else 0
 
 
 class FlowPolicy(nn.Module):
@@ -163,6 +206,8 @@ class FlowPolicy(nn.Module):
         self.config = cfg
         self.obs_dim, self.critic_obs_dim = obs_dim, critic_obs_dim
         self.horizon, self.action_dim, self.num_steps = cfg.horizon, action_dim, cfg.num_steps
+        self.execute_steps = cfg.execute_steps
+        """E: actions of each chunk executed open-loop (`act_inference` returns (N, E, A) when E > 1)."""
         self.flat_dim = cfg.horizon * action_dim
         self.action_clip = action_clip
         self.velocity = VelocityNet(obs_dim, self.flat_dim, cfg.hidden_dims, cfg.activation, cfg.time_dim,
@@ -172,17 +217,23 @@ class FlowPolicy(nn.Module):
         self.critic = mlp(critic_obs_dim, cfg.critic_hidden_dims, 1, cfg.activation)
         self.obs_normalizer = _normalizer(obs_dim, cfg)
         self.critic_obs_normalizer = _normalizer(critic_obs_dim, cfg)
-        self.actor = DeterministicFlowActor(self.velocity, cfg.horizon, action_dim, cfg.num_steps, action_clip)
-        self.noise_input_dim = self.flat_dim if cfg.initial_noise == "sample" else 0
-        """Size D of the exported graph's `noise` input (x_0), or 0 when it integrates from zeros."""
+        self.actor = DeterministicFlowActor(self.velocity, self.noise, cfg.horizon, action_dim, cfg.num_steps,
+                                            action_clip, cfg.execute_steps, cfg.step_noise)
         self._eval_generator = torch.Generator().manual_seed(0)  # x_0 of act_inference (not saved: evaluation only)
 
+    @property
+    def noise_input_dim(self) -> int:
+        """Size of the exported graph's `noise` input: x_0 (D), x_0 and every step's draw ((K + 1) D) with step noise,
+        or 0 when the chain integrates from zeros."""
+        return self.actor.noise_width(self.config.initial_noise)
+
     def act_inference(self, obs: Tensor) -> Tensor:
-        """The policy's first action (N, A) for raw observations (N, O), from x_0 ~ N(0, I) or zeros (see config)."""
-        x0 = None
+        """The executed actions for raw observations (N, O), from x_0 ~ N(0, I) or zeros (see config): the first
+        action (N, A), or the first E (N, E, A) of a policy that executes chunks."""
+        noise = None
         if self.noise_input_dim:
-            x0 = torch.randn(obs.shape[0], self.flat_dim, generator=self._eval_generator).to(obs.device)
-        return self.actor(self.obs_normalizer(obs), x0)
+            noise = torch.randn(obs.shape[0], self.noise_input_dim, generator=self._eval_generator).to(obs.device)
+        return self.actor(self.obs_normalizer(obs), noise)
 
     def inference_policy(self) -> tuple[nn.Module, nn.Module]:
         return self.actor, self.obs_normalizer
@@ -190,8 +241,9 @@ class FlowPolicy(nn.Module):
     def deploy_extra(self) -> dict:
         """What the deploy contract records of the exported chain (`extra["flow"]`)."""
         return {"flow": {"num_steps": self.num_steps, "horizon": self.horizon, "variant": self.config.variant,
-                         "initial_noise": self.config.initial_noise, "noise_input_dim": self.noise_input_dim,
-                         "executed": "first action of each chunk"}}
+                         "initial_noise": self.config.initial_noise, "step_noise": self.actor.step_noise,
+                         "noise_input_dim": self.noise_input_dim,
+                         "execute_steps": self.execute_steps}}
 
     def value(self, critic_obs: Tensor) -> Tensor:
         """V(s) (N,) for raw critic observations (N, O_c)."""

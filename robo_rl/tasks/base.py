@@ -411,6 +411,21 @@ class TaskEnv(DomainRandomization):
             obs, _ = self._observe(fill_ids=ended, previous=obs)
         return obs, reward, terminated, truncated, info
 
+    def reset_worlds(self, ids: Tensor, obs: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Start new episodes in worlds `ids` (K,) now; returns `obs` (the current groups) with their rows renewed.
+
+        The other worlds keep their rows as they are, noise draws included (their histories hold those).
+        `robo_rl.sim.chunked` uses it for worlds whose episode ended in the middle of an action chunk.
+        """
+        with single_torch_thread(), device_scope(self.device):
+            self._reset_ids(ids)
+            new, _ = self._observe(fill_ids=ids, previous=obs)
+            if not self._policy_is_view:  # noisy or stacked policy terms: keep the other worlds' draws
+                keep = torch.ones(self.num_envs, dtype=torch.bool)
+                keep[ids] = False
+                new["policy"][keep] = obs["policy"][keep]
+            return new
+
     def get_observations(self) -> dict[str, Tensor]:
         """Observation groups for the current state: "policy" (N, O) and "critic" (N, O_c).
 

@@ -108,8 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
     tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
 
-    rc = sub.add_parser("record", help="record demonstrations into a LeRobot v3.0 dataset: a task's scripted expert "
-                                       "in simulation, or a teleoperated robot twin")
+    rc = sub.add_parser("record", help="record LeRobot v3.0 demonstrations: a task's expert or teacher, or teleop")
     rc.add_argument("--task", help="with --expert or --teacher: the task to record in simulation")
     rc.add_argument("--expert", action="store_true", help="record the task's scripted expert")
     rc.add_argument("--teacher", metavar="RUN", help="record this trained policy of --task instead (e.g. a PPO run)")

@@ -53,8 +53,8 @@ def rollout(env, policy: Callable[[Tensor], Tensor], *, random_start: bool = Fal
 
 def on_every_step(env, callback: Callable[[Tensor], None]) -> bool:
     """Have an env that runs action chunks (`robo_rl.sim.chunked`) call `callback(ended)` after each of its env
-    steps (`ended` (N,) bool: the worlds whose episode ended in this chunk); False for any other env, whose
-    caller sees every step itself."""
+    steps (`ended` (N,) bool: the worlds whose episode ended in this chunk before that step); False for any
+    other env, whose caller sees every step itself."""
     if getattr(env, "steps_per_action", 1) <= 1:
         return False
     env.on_substep = callback

@@ -93,7 +93,7 @@ def record_episodes(
     frames = []
     done_count = 0
     render = lambda: frames.append(env.render(0, width=size[0], height=size[1]))  # noqa: E731
-    every_step = on_every_step(env, lambda ended: render())
+    every_step = on_every_step(env, lambda ended: ended[0] or render())  # not the rest of a chunk after an end
     for step in rollout(env, policy):
         if not every_step:
             render()

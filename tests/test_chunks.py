@@ -134,3 +134,19 @@ def test_reinflow_trains_on_chunks_and_the_deploy_core_executes_them(tmp_path, c
     capsys.readouterr()
     assert call(["play", str(tmp_path / "rf"), "--episodes", "2"]) == 0
     assert "evaluation: 2 episodes" in capsys.readouterr().out
+
+
+def test_videos_render_every_env_step_inside_a_chunk():
+    from robo_rl.evaluate import run_episodes
+    from robo_rl.video import record_episodes
+
+    def idle(obs):
+        return torch.zeros(N, E, 7)
+
+    frames = []
+    result = run_episodes(chunked(_reach(5), E), idle, video_frames=frames)
+    plain_frames = []
+    run_episodes(_reach(5), lambda obs: torch.zeros(N, 7), video_frames=plain_frames)
+    assert len(frames) == len(plain_frames) == 5 and result["episodes"] == N  # one frame per env step, as unchunked
+    chunked_video = record_episodes(chunked(_reach(5), E), idle, 2, size=(32, 24))
+    assert len(chunked_video) == len(record_episodes(_reach(5), lambda obs: torch.zeros(N, 7), 2, size=(32, 24))) == 10

@@ -43,7 +43,7 @@ class ChunkedVecEnv:
         """E: env steps per call of `step`."""
         self.on_substep: Callable[[Tensor], None] | None = None
         """Called after each of the E steps with `ended` (N,) bool, the worlds whose episode ended in this chunk
-        so far (videos render every step with it)."""
+        before that step (videos render every step with it)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.env, name)
@@ -82,9 +82,9 @@ class ChunkedVecEnv:
             if j < e - 1 and bool(now.any()):
                 ids = now.nonzero().squeeze(-1)
                 early.append((ids, {k: v[ids].clone() for k, v in info["final_obs"].items()}))
-            ended |= now
             if self.on_substep is not None:
                 self.on_substep(ended)
+            ended |= now
         final_obs = info["final_obs"]
         if early:
             final_obs = {k: v.clone() for k, v in final_obs.items()}

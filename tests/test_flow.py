@@ -160,3 +160,11 @@ def test_the_step_noise_actor_is_reinflows_stochastic_chain_given_its_draws():
     assert p.deploy_extra()["flow"]["step_noise"] is True
     with pytest.raises(ConfigError, match="step_noise = true needs policy.initial_noise = sample"):
         FlowPolicyConfig(step_noise=True, initial_noise="zeros").validate()
+
+
+def test_a_checkpoint_from_before_the_actor_held_the_noise_net_still_loads():
+    cfg = FlowPolicyConfig(hidden_dims=(8,), noise_hidden_dims=(8,), critic_hidden_dims=(8,))
+    source, target = FlowPolicy(3, 3, 2, cfg, action_clip=1.0), FlowPolicy(3, 3, 2, cfg, action_clip=1.0)
+    old = {k: v for k, v in source.state_dict().items() if not k.startswith("actor.noise_net.")}
+    target.load_state_dict(old)  # strict
+    torch.testing.assert_close(target.actor.noise_net.net[0].weight, source.noise.net[0].weight)

@@ -192,6 +192,12 @@ class DeterministicFlowActor(nn.Module):
         return d * (self.num_steps + 1) if self.step_noise else d if initial_noise == "sample" else 0
 
 
+def _alias_actor_noise(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """Load checkpoints written before the actor held the noise net: its entries are the policy's `noise.*`."""
+    for key in [k for k in state_dict if k.startswith(prefix + "noise.")]:
+        state_dict.setdefault(f"{prefix}actor.noise_net.{key[len(prefix) + len('noise.'):]}", state_dict[key])
+
+
 class FlowPolicy(nn.Module):
     """A flow-matching policy over action chunks, with ReinFlow's noise net and a value critic.
 
@@ -220,6 +226,7 @@ class FlowPolicy(nn.Module):
         self.actor = DeterministicFlowActor(self.velocity, self.noise, cfg.horizon, action_dim, cfg.num_steps,
                                             action_clip, cfg.execute_steps, cfg.step_noise)
         self._eval_generator = torch.Generator().manual_seed(0)  # x_0 of act_inference (not saved: evaluation only)
+        self.register_load_state_dict_pre_hook(_alias_actor_noise)
 
     @property
     def noise_input_dim(self) -> int:

@@ -76,6 +76,11 @@ class RolloutStorage:
         self.dones[self.step] = (terminated | truncated).to(torch.float32)
         self.step += 1
 
+    def compute_returns(self, last_values: Tensor, gamma: float, lam: float) -> None:
+        """GAE advantages and returns (T, N) of the full rollout, bootstrapped from V(last observation) (N,)."""
+        self.advantages, self.returns = compute_gae(self.rewards, self.values, self.dones, last_values,
+                                                    gamma=gamma, lam=lam)
+
     def minibatches(
         self, num_mini_batches: int, epochs: int, generator: torch.Generator, *, reshuffle: bool = False
     ) -> Iterator[dict[str, Tensor]]:

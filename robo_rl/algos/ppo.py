@@ -25,7 +25,7 @@ from robo_rl.algos.base import AlgorithmEntry, EnvSpec
 from robo_rl.config import PolicyConfig, PPOConfig
 from robo_rl.networks.actor_critic import ActorCritic, gaussian_entropy, gaussian_kl, gaussian_log_prob
 from robo_rl.networks.normalizer import EmpiricalNormalization
-from robo_rl.storage import RolloutStorage, bootstrap_time_outs, compute_gae
+from robo_rl.storage import RolloutStorage, bootstrap_time_outs
 
 LR_MIN, LR_MAX = 1e-5, 1e-2
 REWARD_CLIP = 10.0
@@ -177,10 +177,7 @@ class PPO:
     @torch.no_grad()
     def compute_returns(self, last_critic_obs: Tensor) -> None:
         s = self.storage
-        last_values = self.policy.value(last_critic_obs)
-        s.advantages, s.returns = compute_gae(
-            s.rewards, s.values, s.dones, last_values, gamma=self.cfg.gamma, lam=self.cfg.lam
-        )
+        s.compute_returns(self.policy.value(last_critic_obs), self.cfg.gamma, self.cfg.lam)
         if self.cfg.normalize_advantage and not self.cfg.advantage_norm_per_minibatch:  # as in RSL-RL
             s.advantages = normalize_advantages(s.advantages)
 

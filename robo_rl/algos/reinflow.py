@@ -40,7 +40,7 @@ from robo_rl.algos.ppo import approx_kl, clip_fraction, clipped_surrogate_loss, 
 from robo_rl.config import ConfigError, _f
 from robo_rl.networks.flow import FlowPolicy, chain_log_prob, euler_sample, noisy_chain
 from robo_rl.networks.normalizer import EmpiricalNormalization
-from robo_rl.storage import RolloutStorage, bootstrap_time_outs, compute_gae
+from robo_rl.storage import RolloutStorage, bootstrap_time_outs
 
 _POLICY_SHAPE_FIELDS = ("horizon", "variant", "hidden_dims", "activation", "time_dim", "obs_normalization")
 """Policy settings the pretrained checkpoint must share (they shape or feed the velocity network)."""
@@ -168,8 +168,7 @@ class ReinFlow:
     @torch.no_grad()
     def compute_returns(self, last_critic_obs: Tensor) -> None:
         s = self.storage
-        s.advantages, s.returns = compute_gae(s.rewards, s.values, s.dones, self.policy.value(last_critic_obs),
-                                              gamma=self.cfg.gamma, lam=self.cfg.lam)
+        s.compute_returns(self.policy.value(last_critic_obs), self.cfg.gamma, self.cfg.lam)
         if self.cfg.normalize_advantage:
             s.advantages = normalize_advantages(s.advantages)
 

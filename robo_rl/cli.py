@@ -33,6 +33,7 @@ from robo_rl.config import (
     resume_changes,
 )
 from robo_rl.demos.commands import cmd_dataset, cmd_record, cmd_replay  # light: numpy; the rest lazily
+from robo_rl.deploy.controller import REALTIME_PRIORITY  # light: numpy
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,6 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--command-interface", help="dds transport, ros2 profile: forward_position, joint_trajectory "
                                                 "or pd_targets (default: the hardware file's, else pd_targets)")
     dp.add_argument("--dry-run", action="store_true", help="dds transport: run everything but send no command")
+    dp.add_argument("--realtime-priority", type=int, default=REALTIME_PRIORITY, metavar="P",
+                    help="SCHED_FIFO priority of the control thread, 1-99 (0: normal scheduling; needs rtprio)")
     dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
     dp.add_argument("--record", metavar="DIR", help="record every POLICY tick (joints, commands) into a new dataset")
     dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
@@ -460,7 +463,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         wrap, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}")
     try:
         session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise,
-                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware, wrap_robot=wrap)
+                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware, wrap_robot=wrap,
+                               realtime_priority=args.realtime_priority)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     rec = holder.get("rec")
@@ -504,7 +508,8 @@ def _deploy_dds(args: argparse.Namespace, wanted: dict[str, np.ndarray]) -> int:
             interface = DdsSettings.from_hardware(hw).command_interface
         config = RuntimeConfig(policy_path=args.policy, hardware_config=args.robot, command_interface=interface,
                                dry_run=args.dry_run, reset_module=args.reset_module, rewards=tuple(args.rewards),
-                               allow_unsafe_hardware=args.allow_unsafe_hardware)
+                               allow_unsafe_hardware=args.allow_unsafe_hardware,
+                               realtime_priority=args.realtime_priority)
         _stop_on_signals()
         runtime = run_dds_deploy(config, domain_id=args.domain_id, duration_s=args.duration, commands=wanted,
                                  record=args.record)

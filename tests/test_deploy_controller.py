@@ -1,13 +1,15 @@
 """Controller: every bad input ends in DAMP/ESTOP with nothing but safe commands sent; loop timing."""
 
 import math
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.controller import SPIN_S, Controller, precise_sleep
 from robo_rl.deploy.hardware import HardwareSpec, SafetyConfig
 from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.state_machine import Mode
@@ -483,3 +485,95 @@ def test_stop_event_ends_run():
     robot.on_read = lambda r: stop.set() if r.reads == 5 else None
     ctrl.run(stop_event=stop)
     assert ctrl.ticks == 5
+
+
+# ------------------------------------------------------------------------------------------------ real-time
+
+
+def test_precise_sleep_spins_the_end_of_the_wait(monkeypatch):
+    """The OS sleep ends spin_s early and the rest is spent running: never short, ends at the target."""
+    slept = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: (slept.append(s), real_sleep(s)))
+    sleep = precise_sleep(0.002)
+    t = time.perf_counter()
+    sleep(0.01)
+    took = time.perf_counter() - t
+    assert slept == [pytest.approx(0.008)]
+    assert took >= 0.01
+    slept.clear()
+    sleep(0.001)  # shorter than the spin: no OS sleep at all
+    assert slept == []
+    assert precise_sleep(0.0) is time.sleep
+
+
+def test_run_sizes_the_spin_to_the_period(monkeypatch):
+    """The default sleep spins min(SPIN_S, period / 4): a 500 Hz loop never spins its whole period."""
+    spins = []
+    import robo_rl.deploy.controller as controller_module
+
+    monkeypatch.setattr(controller_module, "precise_sleep", lambda spin: (spins.append(spin), time.sleep)[1])
+    for rate in (50.0, 500.0):
+        Controller(FakeRobot(time.monotonic), arm_hw(), None, np.zeros(3), rate_hz=rate).run(duration_s=0.04)
+    assert spins == [pytest.approx(SPIN_S), pytest.approx(0.25 / 500.0)]
+
+
+def test_realtime_priority_is_validated():
+    with pytest.raises(ValueError, match="realtime_priority = 100"):
+        Controller(FakeRobot(FakeClock()), arm_hw(), None, np.zeros(3), realtime_priority=100)
+    with pytest.raises(ValueError, match="realtime_priority = True"):
+        Controller(FakeRobot(FakeClock()), arm_hw(), None, np.zeros(3), realtime_priority=True)
+
+
+def _may_use_sched_fifo() -> bool:
+    import resource
+
+    if not hasattr(os, "sched_setscheduler"):
+        return False
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 0
+
+
+@pytest.mark.skipif(not _may_use_sched_fifo(), reason="needs root or an rtprio limit for SCHED_FIFO")
+def test_run_holds_sched_fifo_while_running_and_restores_it():
+    seen = []
+    robot = FakeRobot(time.monotonic)
+    robot.on_read = lambda r: seen.append((os.sched_getscheduler(0), os.sched_getparam(0).sched_priority))
+    ctrl = Controller(robot, arm_hw(), None, np.zeros(3), rate_hz=100.0, realtime_priority=30)
+    before = os.sched_getscheduler(0)
+    ctrl.run(duration_s=0.05)
+    assert ctrl.realtime_note is None
+    assert seen and set(seen) == {(os.SCHED_FIFO, 30)}
+    assert os.sched_getscheduler(0) == before  # given back when run returns
+
+
+REFUSED = """
+import os, sys, time
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_deploy_controller import Controller, FakeRobot, arm_hw
+os.setuid(65534)  # nobody: no CAP_SYS_NICE, and the rtprio limit is 0
+ctrl = Controller(FakeRobot(time.monotonic), arm_hw(), None, np.zeros(3), realtime_priority=50)
+notes = []
+ctrl.on_warning = notes.append
+ctrl.run(duration_s=0.1)
+print(ctrl.ticks, notes)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
+                    reason="needs root to drop to an unprivileged user")
+def test_refused_realtime_priority_runs_at_normal_priority_and_says_so():
+    """An unprivileged process (root dropped to nobody after its imports) is refused with one line; it still runs."""
+    import resource
+    import subprocess
+    import sys
+
+    if resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 0:
+        pytest.skip("the rtprio limit here would let an unprivileged user have SCHED_FIFO")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", REFUSED.format(tests=str(Path(__file__).parent))], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    ticks, notes = out.stdout.split(" ", 1)
+    assert 4 <= int(ticks) <= 6
+    assert "real-time priority 50 refused" in notes and "normal priority" in notes

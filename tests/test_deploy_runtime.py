@@ -157,6 +157,11 @@ def test_cmd_vel_times_out_to_zero(make_runtime):
     values = rt.diagnostics()[2]
     assert values["mode"] == "READY" and values["command.velocity_command"] == [0.0, 0.0, 0.0]
     assert {"ticks", "missed_ticks", "period_p99_ms", "lateness_p99_ms", "fault"} <= set(values)
+    # the control thread asked for RuntimeConfig's SCHED_FIFO priority; /diagnostics says what it got
+    granted = rt.controller.realtime_note is None
+    assert rt.controller.realtime_priority == RuntimeConfig.realtime_priority == 50
+    assert values["realtime_priority"] == (50 if granted else 0)
+    assert granted or any("real-time priority 50 refused" in line for line in rt.lines)
 
 
 def test_activate_needs_fresh_state_and_config_is_checked(tmp_path):
@@ -182,7 +187,8 @@ def test_activate_needs_fresh_state_and_config_is_checked(tmp_path):
     for bad, match in ((dict(command_interface="effort"), "command_interface 'effort': allowed values are"),
                        (dict(cmd_vel_timeout_s=0.0), "cmd_vel_timeout_s = 0.0: must be a finite number > 0"),
                        (dict(rewards=("speed",)), "rewards: 'speed' is not a reward module"),
-                       (dict(reset_module="teleport"), "reset_module 'teleport': allowed values")):
+                       (dict(reset_module="teleport"), "reset_module 'teleport': allowed values"),
+                       (dict(realtime_priority=-1), r"realtime_priority = -1: must be an integer in \[0, 99\]")):
         with pytest.raises(ValueError, match=match):
             PolicyRuntime(RuntimeConfig(policy_path="p.onnx", hardware_config="h.yaml", **bad))
     load_hardware(REPO / "hardware" / "panda.yaml")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from collections import Counter
@@ -24,6 +25,19 @@ from robo_rl.deploy.state_machine import Mode, StateMachine, ramp_command
 
 _COMMAND_FAULTS = ("invalid_state", "bad_command", "nan_command")
 """Filter interventions that mean the wanted command was unusable: the loop goes to DAMP."""
+
+SPIN_S = 0.002
+"""The real-time loop busy-waits this long before each deadline (capped at a quarter of the period).
+
+Measured on the 2-core dev VM (idle): a plain time.sleep to a 50 Hz deadline wakes p99 0.9-1.1 ms late
+(max 3 ms); sleeping to 2 ms before it and spinning the rest, p99 0.008-0.06 ms. The price is the spin's
+CPU time, 10 % of one core at 50 Hz. docs/benchmarks.md (bench_deploy) has the runs."""
+
+REALTIME_PRIORITY = 50
+"""SCHED_FIFO priority the deploy loop asks for on a real-time clock (ros2_control's default thread priority).
+
+With it, ticks started p99 0.03-0.17 ms late over DDS in bench_deploy on the 2-core dev VM, against
+0.11-1.4 ms at normal priority (the twin and DDS threads sharing the cores preempt a normal thread)."""
 
 STILL_TIMEOUT_S = 5.0
 """RAMP waits (limp) at most this long for a still base before the gravity check; then it faults."""
@@ -67,6 +81,50 @@ def _gains(name: str, value: np.ndarray, n: int) -> np.ndarray:
     return arr
 
 
+def precise_sleep(spin_s: float) -> Callable[[float], None]:
+    """A sleep function that sleeps until `spin_s` before the end, then busy-waits the rest.
+
+    OS timer wake-ups are late by up to milliseconds on a loaded or virtual machine; a thread already
+    running at the deadline is not. With spin_s = 0 it is time.sleep.
+    """
+    if spin_s <= 0:
+        return time.sleep
+
+    def sleep(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        if seconds > spin_s:
+            time.sleep(seconds - spin_s)
+        while time.perf_counter() < end:
+            pass
+
+    return sleep
+
+
+def enter_realtime(priority: int) -> tuple[Callable[[], None], str | None]:
+    """Put the calling thread under SCHED_FIFO at `priority` (1-99; 0 does nothing).
+
+    Returns (undo, note): `undo()` restores the thread's previous policy; `note` is one line saying why
+    the request was refused (no permission: run as root, give the user an rtprio limit in
+    /etc/security/limits.conf, or CAP_SYS_NICE), else None. A refusal leaves the thread as it was.
+    """
+    if priority == 0:
+        return (lambda: None), None
+    if not hasattr(os, "sched_setscheduler"):
+        return (lambda: None), "real-time priority: not available on this OS; running at normal priority"
+    before_policy, before_param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as exc:
+        return (lambda: None), (f"real-time priority {priority} refused ({exc.strerror}); running at normal "
+                                f"priority, ticks may start late (docs: Deploy, real-time priority)")
+
+    def undo() -> None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, before_policy, before_param)
+
+    return undo, None
+
+
 class Controller:
     """Runs one robot at a fixed rate through the mode state machine and the safety filter.
 
@@ -77,8 +135,12 @@ class Controller:
         default_q: (J,) pose RAMP moves to and READY holds, robot order.
         rate_hz: loop rate; defaults to hw.control_rate_hz.
         clock: monotonic time source (s); injectable for tests.
-        sleep: sleep function (s); injectable for tests.
+        sleep: sleep function (s); injectable for tests. Default: `precise_sleep` spinning the last
+            min(SPIN_S, period / 4) of every wait, so a tick starts within microseconds of its deadline.
         stats_window: how many recent periods the timing statistics cover.
+        realtime_priority: 1-99: the thread running `run` asks for SCHED_FIFO at this priority (refused
+            without permission: `realtime_note` says so and the loop runs at normal priority); 0: normal
+            scheduling. Only for a real-time clock: a loop that never sleeps would hog its core.
 
     Mode requests (`request_ramp`, `start_policy`, `stop`, `estop`, `reset`) may come from another
     thread (keyboard, joystick); they take effect on the next tick, at most one period later.
@@ -102,8 +164,9 @@ class Controller:
         rate_hz: float | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         stats_window: int = 10_000,
+        realtime_priority: int = 0,
     ):
         n = len(hw.joint_names)
         q0 = np.asarray(default_q, dtype=np.float64)
@@ -115,6 +178,9 @@ class Controller:
         rate = hw.control_rate_hz if rate_hz is None else rate_hz
         if not 0 < rate <= 10_000:
             raise ValueError(f"rate_hz = {rate!r}: must be in (0, 10000]")
+        if isinstance(realtime_priority, bool) or not isinstance(realtime_priority, int) \
+                or not 0 <= realtime_priority <= 99:
+            raise ValueError(f"realtime_priority = {realtime_priority!r}: must be an integer in [0, 99] (0: off)")
         if policy is not None:
             self._policy_kp = _gains("policy.kp", policy.kp, n)
             self._policy_kd = _gains("policy.kd", policy.kd, n)
@@ -123,7 +189,9 @@ class Controller:
         self.policy = policy
         self.default_q = q0
         self._clock = clock
-        self._sleep = sleep
+        self.realtime_priority = realtime_priority
+        self.realtime_note: str | None = None  # why the real-time priority was refused, if it was
+        self._sleep = sleep  # None: precise_sleep, sized to the period when `run` starts
         self.safety = SafetyFilter(hw, control_dt=1.0 / rate)
         self.period = 1.0 / rate
         self.state_machine = StateMachine(hw.safety.ramp_time_s, now=clock())
@@ -140,6 +208,7 @@ class Controller:
         self.last_command: JointCommand | None = None  # the last filtered command sent
         self._hold: Callable[[float], np.ndarray] | None = None  # READY target trajectory; None: default_q
         self.on_tick: Callable[[float, RobotState | None, JointCommand], None] | None = None
+        self.on_warning: Callable[[str], None] | None = None  # one line, e.g. a refused real-time priority
         self.hook_errors = 0
         self.last_hook_error: str | None = None
         self.intervention_counts: Counter[str] = Counter()
@@ -341,9 +410,14 @@ class Controller:
         """Tick on the absolute grid t0 + k * period until `duration_s` has elapsed or `stop_event` is set.
 
         Missed deadlines after an overrun are skipped and counted in `missed_ticks`. Any exception
-        (KeyboardInterrupt included) runs `shutdown()` and is re-raised.
+        (KeyboardInterrupt included) runs `shutdown()` and is re-raised. The thread runs at
+        `realtime_priority` while in here.
         """
         period = self.period
+        sleep = self._sleep or precise_sleep(min(SPIN_S, 0.25 * period))
+        leave_realtime, self.realtime_note = enter_realtime(self.realtime_priority)
+        if self.realtime_note is not None and self.on_warning is not None:
+            self.on_warning(self.realtime_note)
         t0 = self._clock()
         k = 0
         last_start: float | None = None
@@ -356,7 +430,7 @@ class Controller:
                 deadline = t0 + k * period
                 now = self._clock()
                 if now < deadline:
-                    self._sleep(deadline - now)
+                    sleep(deadline - now)
                     now = self._clock()
                 self._n_lateness = self._record(self._lateness, self._n_lateness, now - deadline)
                 if last_start is not None:
@@ -372,6 +446,8 @@ class Controller:
             with contextlib.suppress(Exception):  # the original error is the one worth seeing
                 self.shutdown()
             raise
+        finally:
+            leave_realtime()
 
     def shutdown(self) -> None:
         """Stop: DAMP (ESTOP stays ESTOP) and send one last damping command (what Ctrl-C does)."""

@@ -184,6 +184,7 @@ PARAMETERS = {
     "cmd_vel_timeout_s": 0.5,
     "diagnostics_period_s": 1.0,
     "reset_module": "home",
+    "realtime_priority": 50,
 }
 """Parameters of the policy node and their defaults (see robo_rl.deploy.runtime.RuntimeConfig)."""
 LAUNCH_ARGUMENTS = ("policy", "robot", "use_sim", "dry_run")

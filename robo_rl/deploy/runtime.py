@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.policy import PolicyStep
 from robo_rl.deploy.resets import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
@@ -74,6 +74,9 @@ class RuntimeConfig:
     """On the first success or failure, leave POLICY for READY (holding the pose) until `reset` / `start`."""
     allow_unsafe_hardware: bool = False
     """Accept hardware safety values outside their safe range (loud warnings; experts only)."""
+    realtime_priority: int = REALTIME_PRIORITY
+    """SCHED_FIFO priority (1-99) of the control thread; 0: normal scheduling. Needs root, CAP_SYS_NICE or an
+    rtprio limit; without it the loop runs at normal priority and says so once."""
 
     def validate(self) -> None:
         """ValueError (one line) for a bad field."""
@@ -85,6 +88,9 @@ class RuntimeConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
                                                                                       and value > 0):
                 raise ValueError(f"{key} = {value!r}: must be a finite number > 0 (s)")
+        rt = self.realtime_priority
+        if isinstance(rt, bool) or not isinstance(rt, int) or not 0 <= rt <= 99:
+            raise ValueError(f"realtime_priority = {rt!r}: must be an integer in [0, 99] (0: normal scheduling)")
         if self.reset_module not in RESET_MODULES:
             raise ValueError(f"reset_module {self.reset_module!r}: allowed values are {', '.join(RESET_MODULES)}")
         for name in self.rewards:
@@ -204,8 +210,10 @@ class PolicyRuntime:
         first = wait_for_fresh_state(robot, self.config.state_wait_s, hw.safety.state_timeout_s, self._clock)
         self.robot = robot
         target = DryRunRobot(robot) if self.config.dry_run else robot
-        c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock)
+        c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock,
+                       realtime_priority=self.config.realtime_priority if self._clock is time.monotonic else 0)
         c.on_tick = self._on_tick
+        c.on_warning = self._log
         self.controller = c
         c.request_ramp()
         self._stop.clear()
@@ -385,6 +393,7 @@ class PolicyRuntime:
             "command_interface": self.config.command_interface,
             "episode": self.tracker.episode if self.tracker else 0,
             "hook_errors": c.hook_errors,
+            "realtime_priority": c.realtime_priority if c.realtime_note is None else 0,
         }
         values.update({f"interventions.{k}": v for k, v in sorted(c.intervention_counts.items())})
         for key, value in self.policy.commands.items():

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.assets import find_asset
-from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.robot import RobotInterface
@@ -91,7 +91,7 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
                  commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
                  warn: Callable[[str], None] | None = None,
                  wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, domain_id: int = 0,
-                 command_interface: str | None = None) -> Session:
+                 command_interface: str | None = None, realtime_priority: int = REALTIME_PRIORITY) -> Session:
     """Load and cross-check policy, hardware and operator commands (ValueError, one line), then connect.
 
     Everything that can be refused is refused here, before the transport is created: a malformed
@@ -105,6 +105,8 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
         warn: receives warning lines (default: stderr).
         wrap_robot: applied to the connected robot before the controller uses it (recording, tests).
         domain_id, command_interface: DDS domain and (ros2 profile) command interface, transport dds.
+        realtime_priority: SCHED_FIFO priority of the thread that runs the controller (0: normal; see
+            Controller); used only with `realtime`.
 
     With `realtime=False` (sim transport only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
@@ -118,7 +120,9 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     if wrap_robot is not None:
         robot = wrap_robot(robot)
     clock = time.monotonic if realtime else (lambda: robot.time)  # robot.time: sim transports
-    controller = Controller(robot, hw, policy, default_pose(policy, hw), clock=clock)
+    controller = Controller(robot, hw, policy, default_pose(policy, hw), clock=clock,
+                            realtime_priority=realtime_priority if realtime else 0)
+    controller.on_warning = warn or (lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
     return Session(hw, policy, robot, controller)
 
 

@@ -2,7 +2,7 @@
 
 Parameters (robo_rl.deploy.ros_interface.PARAMETERS): policy_path, hardware_config, command_interface
 (forward_position, joint_trajectory, pd_targets), dry_run, cmd_vel_timeout_s, diagnostics_period_s,
-reset_module.
+reset_module, realtime_priority (SCHED_FIFO priority of the control thread; 0: normal scheduling).
 
     configure   loads the ONNX policy and checks its contract against the hardware file
     activate    needs fresh state, then ramps to the default pose (the control loop runs on its own
@@ -57,7 +57,8 @@ class PolicyNode(LifecycleNode):
         return RuntimeConfig(policy_path=p["policy_path"], hardware_config=p["hardware_config"],
                              command_interface=p["command_interface"], dry_run=bool(p["dry_run"]),
                              cmd_vel_timeout_s=float(p["cmd_vel_timeout_s"]),
-                             diagnostics_period_s=float(p["diagnostics_period_s"]), reset_module=p["reset_module"])
+                             diagnostics_period_s=float(p["diagnostics_period_s"]), reset_module=p["reset_module"],
+                             realtime_priority=int(p["realtime_priority"]))
 
     def on_configure(self, state: State) -> TransitionCallbackReturn:
         log = self.get_logger()

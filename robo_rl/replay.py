@@ -6,8 +6,9 @@ column i. A window stops at the first episode end: a time-out (`truncated`) boot
 pre-reset observation (`info["final_obs"]`), a termination does not bootstrap at all. A window that
 reaches the newest row stops there and bootstraps from that row's next observation (exact too).
 
-Demonstrations are flat one-step transitions (M, ...) loaded from in-memory arrays; RLPD's
-symmetric sampling draws a fixed share of every batch from them.
+Demonstrations are flat one-step transitions (M, ...) loaded from in-memory arrays or from a LeRobot v3.0
+dataset recorded by `robo-rl record` (`dataset_transitions`); RLPD's symmetric sampling draws a fixed share
+of every batch from them.
 """
 
 from __future__ import annotations
@@ -261,3 +262,54 @@ def load_demo_arrays(
                          f"+-{action_bound:g} (policy.action_bound)")
     data["action"] = (data["action"] / action_bound).clamp(-1.0, 1.0)  # the actor's units, as stored online
     return DemoBuffer({k: v.to(device) for k, v in data.items()})
+
+
+DATASET_KEYS = {"obs": "observation.policy", "action": "action", "reward": "next.reward",
+                "terminated": "next.terminated", "critic_obs": "observation.critic"}
+"""Dataset features the transitions are made of (what `robo-rl record` writes; `observation.critic` only for a
+task whose critic sees more than its policy)."""
+
+
+def episode_transitions(frames: Mapping[str, np.ndarray], episode_index: np.ndarray) -> dict[str, np.ndarray]:
+    """One-step transitions (the arrays of `load_demo_arrays`) of recorded frames, episodes contiguous.
+
+    Frame t's next observation is frame t+1's of its episode. An episode's last frame is kept when it
+    terminated (nothing is bootstrapped: its next observation is its own); after a time-out or a stopped
+    recording there is no next observation to bootstrap from, so that frame is dropped.
+
+    Args:
+        frames: `obs` (M, O), `action` (M, A), `reward` (M,), `terminated` (M,) and optionally `critic_obs`
+            (M, O_c), in recording order.
+        episode_index: (M,) each frame's episode.
+    """
+    m = len(episode_index)
+    last = np.append(episode_index[1:] != episode_index[:-1], True)  # (M,) an episode's last frame
+    nxt = np.where(last, np.arange(m), np.arange(m) + 1)  # (M,) the frame holding the next observation
+    terminated = np.asarray(frames["terminated"], dtype=bool).reshape(m)
+    keep = ~last | terminated  # (M,)
+    out = {"obs": frames["obs"][keep], "action": frames["action"][keep],
+           "reward": np.asarray(frames["reward"]).reshape(m)[keep], "next_obs": frames["obs"][nxt][keep],
+           "terminated": terminated[keep], "truncated": np.zeros(int(keep.sum()), dtype=bool)}
+    if "critic_obs" in frames:
+        out["critic_obs"] = frames["critic_obs"][keep]
+        out["next_critic_obs"] = frames["critic_obs"][nxt][keep]
+    return out
+
+
+def dataset_transitions(path: str, *, critic: bool) -> dict[str, np.ndarray]:
+    """`episode_transitions` of a LeRobot v3.0 dataset (`DATASET_KEYS`); `critic`: also the critic's observations.
+
+    Raises:
+        ValueError: the dataset is unreadable or lacks a feature (one line naming it).
+    """
+    from robo_rl.demos.dataset import DatasetReader
+
+    reader = DatasetReader(path)
+    wanted = {k: v for k, v in DATASET_KEYS.items() if critic or k != "critic_obs"}
+    missing = [v for v in wanted.values() if v not in reader.features]
+    if missing:
+        why = (" (the task's critic sees more than its policy: record the dataset with `robo-rl record`, which "
+               "writes it)") if "observation.critic" in missing else ""
+        raise ValueError(f"{path}: has no feature {', '.join(missing)}{why}; features: {', '.join(reader.features)}")
+    columns = reader.frames([*wanted.values(), "episode_index"])
+    return episode_transitions({k: columns[v] for k, v in wanted.items()}, columns["episode_index"])

@@ -7,7 +7,9 @@ env steps and seed:
   SAC   the preset as it is (no demonstrations);
   RLPD  the preset with RLPD's recipe (`robo_rl.algos.sac.rlpd_variant`): half of every batch from the
         demonstrations, a LayerNorm critic ensemble whose target is the minimum of a random pair, and more
-        gradient steps per env step (`--rlpd-critics`, `--rlpd-updates`, sized for a 2-core CPU).
+        gradient steps per env step (`--rlpd-critics`, `--rlpd-updates`, sized for a 2-core CPU), plus a
+        behaviour-cloning term on the demonstration rows of the actor's batch (`--rlpd-bc`, 0 for plain
+        RLPD): sim_configs/arm-pick-place-rlpd.yaml is this learner.
 
 Both are evaluated every `--eval-every` iterations on the same fresh worlds (deterministic policy, one
 episode each, `Metrics/success` at the episode's end). Prints the success curves, wall-clock times and ends with
@@ -16,7 +18,7 @@ episode each, `Metrics/success` at the episode's end). Prints the success curves
 
 (the final evaluations) and exits 0 either way.
 
-    PYTHONPATH=. python scripts/bench_rlpd.py                 # ~20 min on 2 cores (RLPD most of it)
+    PYTHONPATH=. python scripts/bench_rlpd.py                 # ~15 min on 2 cores (RLPD most of it)
     PYTHONPATH=. python scripts/bench_rlpd.py --quick         # a smoke run
 """
 
@@ -52,13 +54,16 @@ DEMO_SEED = 777
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--iterations", type=int, default=1500, help="training iterations of each learner")
+    p.add_argument("--iterations", type=int, default=500, help="training iterations of each learner")
     p.add_argument("--demos", type=int, default=50, help="scripted-expert episodes recorded")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=250, help="evaluate every this many iterations")
+    p.add_argument("--eval-every", type=int, default=125, help="evaluate every this many iterations")
     p.add_argument("--eval-episodes", type=int, default=50)
     p.add_argument("--rlpd-critics", type=int, default=4, help="RLPD's critic ensemble size (RLPD: 10)")
     p.add_argument("--rlpd-updates", type=int, default=8, help="RLPD's gradient steps per vector env step")
+    p.add_argument("--rlpd-bc", type=float, default=0.4,
+                   help="RLPD's demo behaviour-cloning weight (algo.demo_bc_weight)")
+    p.add_argument("--only", choices=("SAC", "RLPD"), help="train only this learner (a pilot; prints no TARGET)")
     p.add_argument("--quick", action="store_true", help="4 demos, 4 iterations (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:
@@ -83,7 +88,7 @@ def learner_config(args: argparse.Namespace, run_dir: Path, rlpd: bool) -> Train
     if not rlpd:
         return cfg
     algo, policy = rlpd_variant(cfg.algo, cfg.policy, num_critics=args.rlpd_critics,
-                                updates_per_step=args.rlpd_updates)
+                                updates_per_step=args.rlpd_updates, demo_bc_weight=args.rlpd_bc)
     return dataclasses.replace(cfg, algo=algo, policy=policy)
 
 
@@ -122,9 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     curves = {}
     with tempfile.TemporaryDirectory(prefix="bench_rlpd_") as tmp:
         for name, rlpd in (("SAC", False), ("RLPD", True)):
+            if args.only not in (None, name):
+                continue
             run_dir = Path(tmp) / name.lower()
             cfg = learner_config(args, run_dir, rlpd)
             curves[name] = train(args, name, cfg, run_dir, demos if rlpd else None)
+    if args.only:
+        return 0
     steps = args.iterations * cfg.algo.num_steps_per_env * cfg.sim.num_envs  # the same for both
     print(f"\narm-pick-place success ({args.eval_episodes} evaluation episodes) after {steps:,} env steps each")
     print(f"{'iteration':>10s}{'SAC':>10s}{'RLPD':>10s}")

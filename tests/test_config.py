@@ -197,5 +197,7 @@ def test_every_preset_resolves(preset):
 
     cfg = resolve_config(load_yaml(preset))  # raises on an unknown key or a bad value
     stem = preset.stem
-    if cfg.algo_name != "ppo":  # <task>-<algo>.yaml is the default preset of --algo <algo>
+    if stem.endswith("-rlpd"):  # SAC with RLPD's recipe, given with --config
+        assert cfg.algo_name == "sac" and cfg.algo.demo_ratio > 0, stem
+    elif cfg.algo_name != "ppo":  # <task>-<algo>.yaml is the default preset of --algo <algo>
         assert stem.endswith(f"-{cfg.algo_name}") or cfg.task.startswith("gym:"), (stem, cfg.algo_name)

@@ -2,6 +2,7 @@
 
 import io
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from robo_rl.algos.sac import (
     SACConfig,
     SACPolicy,
     SACPolicyConfig,
+    demo_bc_loss,
     resolve_action_bound,
     rlpd_variant,
     temperature_loss,
@@ -20,7 +22,15 @@ from robo_rl.algos.sac import (
 from robo_rl.config import ConfigError
 from robo_rl.networks.q_ensemble import QEnsemble, categorical_projection, subset_min
 from robo_rl.networks.squashed_gaussian import bounded_log_std, squashed_gaussian_log_prob
-from robo_rl.replay import ReplayBuffer, demo_share, load_demo_arrays, mixed_batch, n_step_return
+from robo_rl.replay import (
+    ReplayBuffer,
+    dataset_transitions,
+    demo_share,
+    episode_transitions,
+    load_demo_arrays,
+    mixed_batch,
+    n_step_return,
+)
 
 T, F = True, False
 
@@ -269,6 +279,8 @@ def test_rlpd_variant_uses_its_recipe():
     algo, policy = rlpd_variant(SACConfig(), SACPolicyConfig())
     assert (algo.demo_ratio, algo.target_subset_size, algo.updates_per_step) == (0.5, 2, 20)
     assert (policy.num_critics, policy.critic_layer_norm) == (10, True)
+    assert algo.demo_bc_weight == 0.0
+    assert rlpd_variant(SACConfig(), SACPolicyConfig(), demo_bc_weight=0.4)[0].demo_bc_weight == 0.4
 
 
 # ---------------------------------------------------------------------------------------------- demonstrations
@@ -325,6 +337,35 @@ def test_demo_ratio_without_demonstrations_is_a_config_error():
         sac.check_ready_to_train()
 
 
+def test_demo_bc_term_pulls_the_actor_onto_the_demonstrated_actions_of_demo_rows_only():
+    assert demo_bc_loss(torch.tensor([[0.5, -0.5], [0.0, 0.0]]), torch.tensor([[0.5, 0.5], [1.0, 0.0]])) == 1.0
+
+    def distance_after(weight):
+        sac = _sac(algo=SACConfig(batch_size=64, buffer_size=400, learning_starts=1, demo_ratio=0.5,
+                                  demo_bc_weight=weight, actor_learning_rate=3e-3))
+        demos = _demo_arrays(m=64)
+        demos["action"] = np.tile([1.5, -1.0], (64, 1))  # one demonstrated action, env units (bound 2)
+        sac.load_demos(demos)
+        _fill(sac, 10)
+        batch = sac._sample()
+        for _ in range(40):
+            stats = sac._actor_step(batch)
+        with torch.no_grad():
+            actor = sac.policy.actor
+            demo_rows = actor.deterministic(batch["obs"][-32:])  # (32, A): the demonstration half
+            online_rows = actor.deterministic(batch["obs"][:32])
+        wanted = torch.tensor([0.75, -0.5])  # the demonstrated action in actor units
+        return (demo_rows - wanted).norm(dim=-1).mean(), (online_rows - wanted).norm(dim=-1).mean(), stats
+
+    plain, _, plain_stats = distance_after(0.0)
+    cloned, online, cloned_stats = distance_after(20.0)
+    assert "demo_bc" not in plain_stats and cloned_stats["demo_bc"] >= 0
+    assert cloned < 0.25 < 0.75 < plain, (cloned, plain)
+    assert online > cloned  # online rows are not cloned (they only follow through the shared network)
+    with pytest.raises(ConfigError, match="algo.demo_bc_weight = 1.0: needs algo.demo_ratio > 0"):
+        SACConfig(demo_bc_weight=1.0).check_sections(None)
+
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 def _through_disk(state):
     """What a checkpoint file gives back (torch's optimiser load keeps references to in-process tensors)."""
@@ -345,3 +386,71 @@ def test_state_dict_round_trip_continues_identically():
         sac.update()
     for key, value in a.policy.state_dict().items():
         assert torch.equal(value, b.policy.state_dict()[key]), key
+
+
+# ------------------------------------------------------------------------------------ demonstrations from a dataset
+def test_episode_transitions_pair_each_frame_with_the_next_of_its_episode():
+    """Episode 0 times out (its last frame has nothing to bootstrap from: dropped); episode 1 terminates (kept)."""
+    obs = np.arange(5, dtype=np.float32)[:, None] * [1.0, 10.0]  # (5, 2): frame i holds (i, 10 i)
+    frames = {"obs": obs, "action": obs[:, :1] * -1, "reward": np.arange(5.0), "critic_obs": obs * 2,
+              "terminated": np.array([False, False, False, False, True])}
+    out = episode_transitions(frames, np.array([0, 0, 0, 1, 1]))
+    assert out["obs"][:, 0].tolist() == [0, 1, 3, 4]
+    assert out["next_obs"][:, 0].tolist() == [1, 2, 4, 4]  # frame 2 (a time-out's last) is gone; 4 ends in failure
+    assert out["reward"].tolist() == [0, 1, 3, 4] and out["action"][:, 0].tolist() == [0, -1, -3, -4]
+    assert out["terminated"].tolist() == [False, False, False, True] and not out["truncated"].any()
+    assert np.array_equal(out["next_critic_obs"], out["next_obs"] * 2)
+    buf = load_demo_arrays(out, obs_dim=2, action_dim=1, action_bound=4.0, critic_obs_dim=2)
+    assert buf.size == 4
+
+
+def test_sac_takes_its_demonstrations_from_a_recorded_dataset(tmp_path):
+    """`robo-rl record` -> `algo.dataset`: the runner loads every transition of it (critic observations included,
+    since arm-pick-place's critic sees more) and trains; without demonstrations the error names the way to give them."""
+    from robo_rl.builders import resolve_config
+    from robo_rl.config import load_yaml
+    from robo_rl.demos.sim_record import record_expert
+    from robo_rl.runner import OffPolicyRunner
+
+    data = tmp_path / "pick"
+    summary = record_expert("arm-pick-place", 2, data, num_envs=2, seed=3)
+    assert summary["frames"] == 800
+    preset = load_yaml(Path(__file__).parents[1] / "sim_configs" / "arm-pick-place-rlpd.yaml")  # the README's
+    overrides = ["sim.num_envs=2", "runner.max_iterations=2", f"runner.log_dir={tmp_path}", "runner.eval_episodes=0",
+                 "algo.batch_size=32", "algo.learning_starts=1"]
+    cfg = resolve_config(preset, [*overrides, f"algo.dataset={data}"])
+    runner = OffPolicyRunner(cfg, tmp_path / "run")
+    try:
+        demos = runner.algo.demos
+        assert demos.size == 800 - 2  # each time-out's last frame has no next observation
+        assert demos.data["critic_obs"].shape == (798, runner.env.obs_dims["critic"])
+        recorded = dataset_transitions(str(data), critic=True)
+        assert torch.equal(demos.data["obs"], torch.as_tensor(recorded["obs"], dtype=torch.float32))
+        runner.learn()
+        assert runner.iteration == 2 and runner.algo.num_updates > 0
+    finally:
+        runner.close()
+    with pytest.raises(ConfigError, match=r"algo.demo_ratio = 0.5: needs demonstrations \(--dataset PATH"):
+        OffPolicyRunner(resolve_config(preset, overrides), tmp_path / "run2")
+
+
+def test_rlpd_preset_is_the_learner_bench_rlpd_trains():
+    """sim_configs/arm-pick-place-rlpd.yaml = the SAC preset through rlpd_variant with bench_rlpd's defaults."""
+    import dataclasses
+    import importlib.util
+
+    from robo_rl.builders import resolve_config
+    from robo_rl.config import load_yaml
+
+    repo = Path(__file__).parents[1]
+    spec = importlib.util.spec_from_file_location("bench_rlpd", repo / "scripts" / "bench_rlpd.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    args = bench.parse_args([])
+    sac = resolve_config(load_yaml(repo / "sim_configs" / "arm-pick-place-sac.yaml"))
+    algo, policy = rlpd_variant(sac.algo, sac.policy, num_critics=args.rlpd_critics, updates_per_step=args.rlpd_updates,
+                                demo_bc_weight=args.rlpd_bc)
+    preset = resolve_config(load_yaml(repo / "sim_configs" / "arm-pick-place-rlpd.yaml"))
+    assert preset.algo == algo and preset.policy == policy
+    assert dataclasses.replace(preset, algo=sac.algo, policy=sac.policy, runner=sac.runner) == sac
+    assert preset.runner.max_iterations == args.iterations

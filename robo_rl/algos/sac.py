@@ -29,7 +29,7 @@ from robo_rl.config import ConfigError, _f
 from robo_rl.networks.normalizer import EmpiricalNormalization
 from robo_rl.networks.q_ensemble import QEnsemble, categorical_projection, subset_min
 from robo_rl.networks.squashed_gaussian import ScaledTanhMean, SquashedGaussianActor
-from robo_rl.replay import DemoBuffer, ReplayBuffer, demo_share, load_demo_arrays, mixed_batch
+from robo_rl.replay import DemoBuffer, ReplayBuffer, dataset_transitions, demo_share, load_demo_arrays, mixed_batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,13 +82,25 @@ class SACConfig:
     update (batch 512, [128, 128]) took 21-26 ms with 1 thread and 230-870 ms with 2."""
     demo_ratio: float = _f(0.0, ge=0.0, le=1.0)
     """Share of every batch drawn from demonstrations (RLPD's symmetric sampling: 0.5; 0: none)."""
+    dataset: str = ""
+    """Demonstrations for `demo_ratio`: a LeRobot v3.0 dataset recorded by `robo-rl record` (`--dataset PATH`).
+    Transitions pair each frame with its recorded action: record them without `--noise`, whose executed
+    actions differ from the recorded labels."""
+    demo_bc_weight: float = _f(0.0, ge=0.0)
+    """Weight w of a behaviour-cloning term on the demonstration rows of each actor batch:
+    w * mean|Q| * mean ||tanh mu(s) - a_demo||^2 (actions in (-1, 1)). Scaling by the batch's mean |Q|
+    (detached) makes w independent of the reward scale, as in TD3+BC (its alpha 2.5 is w = 0.4).
+    It carries the demonstrations into the actor at once instead of only through Q; 0: off (RLPD)."""
     save_replay: bool = True
     """Save the replay buffer beside each checkpoint (`replay_<iteration>.pt`) so a resume continues exactly."""
     save_replay_max_mb: float = _f(4096.0, ge=0.0)
     """Skip saving the replay buffer when its filled part is larger than this; a resume then refills it."""
 
     def check_sections(self, cfg: Any) -> None:
-        """Constraints against `sim` and `policy` (called by `check_train_config`)."""
+        """Constraints against `sim` and `policy` (called by `check_train_config`), and between fields."""
+        if self.demo_bc_weight > 0 and self.demo_ratio == 0:
+            raise ConfigError(f"config error: algo.demo_bc_weight = {self.demo_bc_weight!r}: needs algo.demo_ratio "
+                              "> 0 (the term is computed on a batch's demonstration rows)")
         rows = self.buffer_size // cfg.sim.num_envs
         if rows < self.n_step:
             raise ConfigError(
@@ -162,6 +174,11 @@ def temperature_loss(log_alpha: Tensor, log_prob: Tensor, target_entropy: float)
     Its gradient raises alpha while the policy's entropy -log pi is below the target and lowers it above.
     """
     return -(log_alpha * (log_prob.detach() + target_entropy)).mean()
+
+
+def demo_bc_loss(actions: Tensor, demo_actions: Tensor) -> Tensor:
+    """Mean squared distance ||a - a_demo||^2 over a batch of actions (B, A) in the actor's (-1, 1) units -> ()."""
+    return (actions - demo_actions).square().sum(-1).mean()
 
 
 def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
@@ -271,10 +288,14 @@ class SAC:
                                       device=s.device)
 
     def check_ready_to_train(self) -> None:
-        """ConfigError when the config asks for demonstrations that were not loaded."""
-        if self.cfg.demo_ratio > 0 and self.demos is None:
-            raise ConfigError(f"config error: algo.demo_ratio = {self.cfg.demo_ratio!r}: needs demonstrations "
-                              "(OffPolicyRunner(..., demos=arrays)); a dataset reader is not implemented yet")
+        """Load `algo.dataset` when demonstrations are asked for and none were given in memory; ConfigError when
+        there are none, ValueError (one line) for a dataset that does not fit the task."""
+        cfg = self.cfg
+        if cfg.demo_ratio > 0 and self.demos is None and cfg.dataset:
+            self.load_demos(dataset_transitions(cfg.dataset, critic=self.policy.asymmetric))
+        if cfg.demo_ratio > 0 and self.demos is None:
+            raise ConfigError(f"config error: algo.demo_ratio = {cfg.demo_ratio!r}: needs demonstrations "
+                              "(--dataset PATH, or OffPolicyRunner(..., demos=arrays))")
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -307,7 +328,8 @@ class SAC:
         """`updates_per_step` critic steps (actor and temperature every `policy_delay`); {} before learning starts.
 
         Returns means over the steps: critic_loss, q_mean, and where the actor stepped actor_loss,
-        alpha_loss, alpha, entropy (-log pi of the squashed actions) and, with `action_smoothness`, action_change.
+        alpha_loss, alpha, entropy (-log pi of the squashed actions), with `action_smoothness` action_change
+        and with `demo_bc_weight` demo_bc.
         """
         if not self.ready():
             return {}
@@ -386,6 +408,11 @@ class SAC:
             smoothness = change.square().sum(-1).mean()
             actor_loss = actor_loss + cfg.action_smoothness * smoothness
             stats["action_change"] = smoothness.detach()
+        n_demo = demo_share(cfg.batch_size, cfg.demo_ratio) if self.demos is not None else 0
+        if cfg.demo_bc_weight > 0 and n_demo:
+            bc = demo_bc_loss(p.actor.deterministic(b["obs"][-n_demo:]), b["actions"][-n_demo:])  # demo rows last
+            actor_loss = actor_loss + cfg.demo_bc_weight * q_pi.detach().abs().mean() * bc
+            stats["demo_bc"] = bc.detach()
         self._step(self.actor_optimizer, actor_loss, p.actor)
         alpha_loss = temperature_loss(p.log_alpha, log_prob, self.target_entropy)
         self.alpha_optimizer.zero_grad(set_to_none=True)
@@ -437,11 +464,12 @@ class SAC:
 
 
 def rlpd_variant(algo: SACConfig, policy: SACPolicyConfig, *, num_critics: int = 10,
-                 updates_per_step: int = 20) -> tuple[SACConfig, SACPolicyConfig]:
+                 updates_per_step: int = 20, demo_bc_weight: float = 0.0) -> tuple[SACConfig, SACPolicyConfig]:
     """RLPD's recipe on top of SAC configs: half of every batch from demonstrations, a LayerNorm ensemble
-    of `num_critics` whose target is the minimum of a random pair, and a high update-to-data ratio."""
+    of `num_critics` whose target is the minimum of a random pair, and a high update-to-data ratio
+    (optionally with a behaviour-cloning term on the demonstration rows, `SACConfig.demo_bc_weight`)."""
     algo = dataclasses.replace(algo, demo_ratio=0.5, target_subset_size=2, updates_per_step=updates_per_step,
-                               actor_q="mean")
+                               actor_q="mean", demo_bc_weight=demo_bc_weight)
     return algo, dataclasses.replace(policy, num_critics=num_critics, critic_layer_norm=True)
 
 

@@ -8,8 +8,8 @@ order they finish. Per frame: `observation.state` (the robot's joint positions),
 `observation.images.<camera>` for each camera asked for, `action` (the raw action, clipped),
 `command.joint_position` (the joint position targets that action set, what a robot is sent and
 `robo_rl.demos.replay` replays), `next.reward`, `next.done` and `next.terminated` (a failure, not a
-time-out). info.json carries the
-task name and its deploy contract under "robo_rl".
+time-out), and `observation.critic` for a task whose critic sees more than its policy (SAC / RLPD use it).
+info.json carries the task name and its deploy contract under "robo_rl".
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[s
         "next.done": scalar("bool"),
         "next.terminated": scalar("bool"),
     }
+    if env.obs_dims["critic"] != env.obs_dims["policy"]:  # an asymmetric critic: SAC / RLPD learn from it too
+        features["observation.critic"] = vector([f"critic_{i}" for i in range(env.obs_dims["critic"])])
     for cam in cameras:
         env.backend.name_id("camera", cam)  # ValueError listing the model's cameras
         features[f"observation.images.{cam}"] = camera(image_size, image_size, fps)
@@ -135,6 +137,7 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
                       for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
             state = env.q.cpu().numpy().copy()
             policy = obs["policy"].cpu().numpy().copy()
+            critic = obs["critic"].cpu().numpy().copy()
             targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
             obs, reward, terminated, truncated, info = env.step(executed)
             done = (terminated | truncated).cpu().numpy()
@@ -143,6 +146,8 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
                 frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
                          "command.joint_position": targets[w], "next.reward": rew[w], "next.done": done[w],
                          "next.terminated": term[w]}
+                if "observation.critic" in features:
+                    frame["observation.critic"] = critic[w]
                 frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
                 buffers[w].append(frame)
             ended = info["episode"]

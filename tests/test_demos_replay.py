@@ -83,7 +83,9 @@ def test_deploy_records_its_policy_ticks_and_they_replay(tmp_path, cli):
     replay = cli("replay", str(tmp_path / "dep"), "--robot", str(PANDA))
     assert replay.returncode == 0, replay.stderr
     # recorded in real time (the twin steps on its own thread), replayed fast: 4.4e-7 rad on the idle machine,
-    # 2.9e-3 with the CI suite on the other core (the real-time twin's steps slip under load)
-    assert float(replay.stdout.split("max ")[1].split(" rad")[0]) < 0.02
+    # 2.9e-3 with the CI suite on the other core; on a ~2x slower host (2026-12-02) 1.4e-2 to 2.7e-2 even idle,
+    # with or without the loop's real-time priority and spin: the real-time twin's steps slip. The exact
+    # replay is checked by test_an_episode_recorded_on_the_twin_replays_to_the_same_states (1e-5).
+    assert float(replay.stdout.split("max ")[1].split(" rad")[0]) < 0.05
     bad = cli("replay", str(tmp_path / "dep"), "--robot", str(PANDA), "--transport", "ros")
     assert bad.returncode == 2 and "invalid choice: 'ros'" in bad.stderr

@@ -62,9 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--run-name", help="run folder name under runner.log_dir")
     t.add_argument("--resume", metavar="RUN", help="continue a run (its folder or name) from its latest checkpoint")
     t.add_argument("--video", action="store_true", help="record an evaluation video at the end")
-    t.add_argument("--dataset", metavar="PATH",
-                   help="demonstrations (a LeRobot v3.0 folder) for bc, flow-bc and RLPD "
-                        "(sac with algo.demo_ratio > 0)")
+    t.add_argument("--dataset", metavar="PATH", help="demonstrations (a LeRobot v3.0 folder) for bc, flow-bc, RLPD")
 
     pl = sub.add_parser("play", help="run a trained policy and print its return and task metrics")
     pl.add_argument("run", metavar="RUN_OR_CHECKPOINT")

@@ -100,6 +100,13 @@ def precise_sleep(spin_s: float) -> Callable[[float], None]:
     return sleep
 
 
+def check_realtime_priority(priority: object) -> int:
+    """`priority` if it is an integer in [0, 99] (0: normal scheduling); ValueError (one line) otherwise."""
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 99:
+        raise ValueError(f"realtime_priority = {priority!r}: must be an integer in [0, 99] (0: normal scheduling)")
+    return priority
+
+
 def enter_realtime(priority: int) -> tuple[Callable[[], None], str | None]:
     """Put the calling thread under SCHED_FIFO at `priority` (1-99; 0 does nothing).
 
@@ -116,7 +123,7 @@ def enter_realtime(priority: int) -> tuple[Callable[[], None], str | None]:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(priority))
     except OSError as exc:
         return (lambda: None), (f"real-time priority {priority} refused ({exc.strerror}); running at normal "
-                                f"priority, ticks may start late (docs: Deploy, real-time priority)")
+                                f"priority, ticks may start late (README: Deploy)")
 
     def undo() -> None:
         with contextlib.suppress(OSError):
@@ -178,9 +185,7 @@ class Controller:
         rate = hw.control_rate_hz if rate_hz is None else rate_hz
         if not 0 < rate <= 10_000:
             raise ValueError(f"rate_hz = {rate!r}: must be in (0, 10000]")
-        if isinstance(realtime_priority, bool) or not isinstance(realtime_priority, int) \
-                or not 0 <= realtime_priority <= 99:
-            raise ValueError(f"realtime_priority = {realtime_priority!r}: must be an integer in [0, 99] (0: off)")
+        check_realtime_priority(realtime_priority)
         if policy is not None:
             self._policy_kp = _gains("policy.kp", policy.kp, n)
             self._policy_kd = _gains("policy.kd", policy.kd, n)

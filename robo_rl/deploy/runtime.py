@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller
+from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller, check_realtime_priority
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.policy import PolicyStep
 from robo_rl.deploy.resets import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
@@ -88,9 +88,7 @@ class RuntimeConfig:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value)
                                                                                       and value > 0):
                 raise ValueError(f"{key} = {value!r}: must be a finite number > 0 (s)")
-        rt = self.realtime_priority
-        if isinstance(rt, bool) or not isinstance(rt, int) or not 0 <= rt <= 99:
-            raise ValueError(f"realtime_priority = {rt!r}: must be an integer in [0, 99] (0: normal scheduling)")
+        check_realtime_priority(self.realtime_priority)
         if self.reset_module not in RESET_MODULES:
             raise ValueError(f"reset_module {self.reset_module!r}: allowed values are {', '.join(RESET_MODULES)}")
         for name in self.rewards:

@@ -1,6 +1,6 @@
 """Our PPO on gymnasium's Hopper-v5, beside stable-baselines3 RL Zoo's published PPO result at 1 M steps.
 
-Trains with the preset sim_configs/gym-hopper.yaml (RL Zoo's Hopper PPO hyper-parameters) through
+Trains with the preset sim_configs/gym-hopper.yaml (SB3's and cleanrl's MuJoCo PPO settings) through
 our `OnPolicyRunner` and the gymnasium adapter (`gym:Hopper-v5`), for `--steps` env steps (rounded up
 to whole iterations), then evaluates the deterministic policy on `--eval-episodes` fresh episodes
 (the mean action, observation normaliser frozen, raw env rewards) and compares its mean return with
@@ -10,10 +10,10 @@ RL Zoo's 2410 (PPO, Hopper, 1 M steps; shared/REFERENCES.md). It prints the wall
 
 and exits 0 either way. `--impl sb3` trains stable-baselines3's own PPO instead, from the same resolved
 config (VecNormalize for the observation and reward normalisation, RL Zoo's way), and evaluates it the
-same way: it shows what SB3 itself reaches on this gymnasium and MuJoCo (its TARGET line is named
+same way: it shows what SB3 itself reaches with the config on this gymnasium and MuJoCo (its TARGET line is named
 `sb3_ppo_hopper_vs_rl_zoo`). Needs stable-baselines3 (the dev extra).
 
-    PYTHONPATH=. python scripts/bench_gym_reference.py                 # 1 M steps (~20 min on 2 cores)
+    PYTHONPATH=. python scripts/bench_gym_reference.py                 # 1 M steps (~16 min on 2 cores)
     PYTHONPATH=. python scripts/bench_gym_reference.py --steps 200000 --seed 1
     PYTHONPATH=. python scripts/bench_gym_reference.py --quick         # 2 iterations: a smoke run
     PYTHONPATH=. python scripts/bench_gym_reference.py --impl sb3      # SB3's PPO, same settings and budget

@@ -28,7 +28,8 @@ def stairs_config(cfg, level: int, speed: float):
     env = cfg.env
     terrain = dataclasses.replace(env.terrain, proportions={t: float(t == "stairs_up") for t in TERRAIN_TYPES})
     env = dataclasses.replace(
-        env, terrain=terrain, init_level_range=(level, level), curriculum=False, push_interval_s=0.0,
+        env, terrain=terrain, init_level_range=(level, level), curriculum=False,
+        randomization=dataclasses.replace(env.randomization, push_interval_s=0.0),
         lin_vel_x=(speed, speed), lin_vel_y=(0.0, 0.0), standing_fraction=0.0,
     )
     return dataclasses.replace(cfg, env=env)

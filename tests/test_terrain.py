@@ -332,3 +332,19 @@ def test_ppo_raises_the_terrain_level(tmp_path):
     last = mean_of(history, "Metrics/terrain_level", lambda h: h[-5:])
     assert first < 0.02  # everyone starts on level 0; only a lucky few leave their cell at once
     assert last > 0.1, f"mean terrain level {first:.3f} -> {last:.3f} after 60 iterations"
+
+
+def test_stairs_evaluation_config_is_up_stairs_at_one_level_without_pushes():
+    """scripts/eval_rough_stairs.py's config: every column stairs_up, one level, no curriculum or pushes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("eval_rough_stairs", REPO / "scripts" / "eval_rough_stairs.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    cfg = resolve_train_config({"task": "quadruped-walk-rough"}, [], env_config_cls=task_config_class)
+    assert cfg.env.randomization.push_interval_s > 0  # the preset pushes; the evaluation must not
+    env = script.stairs_config(cfg, 2, 0.5).env
+    assert env.terrain.proportions == {t: float(t == "stairs_up") for t in TERRAIN_TYPES}
+    assert env.init_level_range == (2, 2) and not env.curriculum and env.randomization.push_interval_s == 0.0
+    assert env.lin_vel_x == (0.5, 0.5) and env.lin_vel_y == (0.0, 0.0) and env.standing_fraction == 0.0
+    env.validate()

@@ -22,6 +22,16 @@ def shared_venv(name: str, env_var: str) -> Path:
         return REPO / name
 
 
+def load_script(name: str):
+    """The module of `scripts/<name>.py`, imported from its file (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `python -m robo_rl.cli ARGS` in a subprocess (what a user's `robo-rl ARGS` does)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

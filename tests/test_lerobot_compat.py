@@ -12,7 +12,6 @@ decode on this machine (then the numerics are still checked).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 
 from robo_rl.demos.dataset import DatasetReader, DatasetWriter, camera, scalar, vector
-from tests.conftest import shared_venv
+from tests.conftest import load_script, shared_venv
 
 REPO = Path(__file__).resolve().parents[1]
 CHECK = REPO / "scripts" / "lerobot_check.py"
@@ -34,10 +33,7 @@ pytestmark = pytest.mark.slow  # building the LeRobot venv the first time takes 
 
 
 def _check_module():
-    spec = importlib.util.spec_from_file_location("lerobot_check", CHECK)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("lerobot_check")
 
 
 def _venv_path() -> Path:

@@ -437,15 +437,13 @@ def test_sac_takes_its_demonstrations_from_a_recorded_dataset(tmp_path):
 def test_rlpd_preset_is_the_learner_bench_rlpd_trains():
     """sim_configs/arm-pick-place-rlpd.yaml = the SAC preset through rlpd_variant with bench_rlpd's defaults."""
     import dataclasses
-    import importlib.util
 
     from robo_rl.builders import resolve_config
     from robo_rl.config import load_yaml
+    from tests.conftest import load_script
 
     repo = Path(__file__).parents[1]
-    spec = importlib.util.spec_from_file_location("bench_rlpd", repo / "scripts" / "bench_rlpd.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_rlpd")
     args = bench.parse_args([])
     sac = resolve_config(load_yaml(repo / "sim_configs" / "arm-pick-place-sac.yaml"))
     algo, policy = rlpd_variant(sac.algo, sac.policy, num_critics=args.rlpd_critics, updates_per_step=args.rlpd_updates,

@@ -26,7 +26,7 @@ from robo_rl.tasks.terrain import (
     hfield_layout,
     write_hfield,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 SMALL = TerrainConfig(num_levels=4, num_columns=6, sub_terrain_size=4.0, border=1.0, platform_size=1.0,
                       proportions={t: 1.0 for t in TERRAIN_TYPES})
@@ -336,11 +336,7 @@ def test_ppo_raises_the_terrain_level(tmp_path):
 
 def test_stairs_evaluation_config_is_up_stairs_at_one_level_without_pushes():
     """scripts/eval_rough_stairs.py's config: every column stairs_up, one level, no curriculum or pushes."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("eval_rough_stairs", REPO / "scripts" / "eval_rough_stairs.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script("eval_rough_stairs")
     cfg = resolve_train_config({"task": "quadruped-walk-rough"}, [], env_config_cls=task_config_class)
     assert cfg.env.randomization.push_interval_s > 0  # the preset pushes; the evaluation must not
     env = script.stairs_config(cfg, 2, 0.5).env

@@ -42,9 +42,9 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from robo_rl.algos.ppo import PPO  # noqa: E402
-from robo_rl.config import PolicyConfig, PPOConfig  # noqa: E402
-from robo_rl.networks.actor_critic import ActorCritic  # noqa: E402
+from robo_rl.core.config import PolicyConfig, PPOConfig  # noqa: E402
+from robo_rl.learn.algorithms.ppo import PPO  # noqa: E402
+from robo_rl.learn.networks.actor_critic import ActorCritic  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------
 # Arguments
@@ -266,7 +266,7 @@ EVAL_SEED_OFFSET = 54321  # OnPolicyRunner.evaluate's, so the evaluation equals 
 
 def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, ...] = ()):
     """The resolved TrainConfig both learners train with: preset -> `--set` -> `overrides` -> seed."""
-    from robo_rl.config import load_yaml, resolve_train_config
+    from robo_rl.core.config import load_yaml, resolve_train_config
     from robo_rl.tasks import task_config_class
 
     preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
@@ -316,7 +316,7 @@ def train_ours(cfg, eval_episodes: int) -> dict:
     import dataclasses
     import tempfile
 
-    from robo_rl.runner import OnPolicyRunner
+    from robo_rl.learn.runner import OnPolicyRunner
 
     cfg = dataclasses.replace(cfg, runner=dataclasses.replace(cfg.runner, save_interval=cfg.runner.max_iterations))
     rec = _MetricRecorder()
@@ -405,8 +405,8 @@ def train_rsl(cfg, std_type: str, eval_episodes: int) -> dict:
 
     from rsl_rl.runners import OnPolicyRunner as RslRunner
 
-    from robo_rl.builders import build_env
-    from robo_rl.evaluate import run_episodes
+    from robo_rl.learn.builders import build_env
+    from robo_rl.learn.evaluation import run_episodes
 
     torch.manual_seed(cfg.seed)  # network initialisation; rsl-rl also samples from the global RNG
     env = build_env(cfg)

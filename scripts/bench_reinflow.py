@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from robo_rl import cli
-from robo_rl.evaluate import evaluate_checkpoint
+from robo_rl.cli import main as cli
+from robo_rl.learn.evaluation import evaluate_checkpoint
 
 TASK = "arm-pick-place"
 
@@ -70,7 +70,7 @@ def main() -> None:
                  "--set", f"policy.num_steps={k}", "--set", f"algo.num_steps_per_env={args.steps}",
                  "--max-time", str(args.minutes * 60), "--max-iterations", "100000",
                  *common, "--run-name", name])
-        from robo_rl.builders import load_trained
+        from robo_rl.learn.builders import load_trained
 
         _, state, _ = load_trained(root / name)
         iterations, seconds = int(state["iteration"]), float(state["train_time"])

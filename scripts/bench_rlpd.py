@@ -5,7 +5,7 @@ worlds seeded apart from training, then trains twice from sim_configs/arm-pick-p
 env steps and seed:
 
   SAC   the preset as it is (no demonstrations);
-  RLPD  the preset with RLPD's recipe (`robo_rl.algos.sac.rlpd_variant`): half of every batch from the
+  RLPD  the preset with RLPD's recipe (`robo_rl.learn.algorithms.sac.rlpd_variant`): half of every batch from the
         demonstrations, a LayerNorm critic ensemble whose target is the minimum of a random pair, and more
         gradient steps per env step (`--rlpd-critics`, `--rlpd-updates`, sized for a 2-core CPU), plus a
         behaviour-cloning term on the demonstration rows of the actor's batch (`--rlpd-bc`, 0 for plain
@@ -40,10 +40,10 @@ set_training_process_defaults()  # before torch is imported, as the CLI does
 
 import torch  # noqa: E402
 
-from robo_rl.algos.sac import rlpd_variant  # noqa: E402
-from robo_rl.builders import resolve_config  # noqa: E402
-from robo_rl.config import TrainConfig, load_yaml  # noqa: E402
-from robo_rl.runner import OffPolicyRunner, Runner  # noqa: E402
+from robo_rl.core.config import TrainConfig, load_yaml  # noqa: E402
+from robo_rl.learn.algorithms.sac import rlpd_variant  # noqa: E402
+from robo_rl.learn.builders import resolve_config  # noqa: E402
+from robo_rl.learn.runner import OffPolicyRunner, Runner  # noqa: E402
 from robo_rl.tasks import make_env  # noqa: E402
 from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert  # noqa: E402
 

@@ -6,13 +6,13 @@ Two environments, each trained once by both, one after the other in this process
              gymnasium adapter). SB3: RL Zoo's Pendulum-v1 SAC (learning_rate 1e-3, the rest SB3's defaults)
              on one `gymnasium.make("Pendulum-v1")`.
   arm-reach  our arm-reach task. Ours: sim_configs/arm-reach-sac.yaml (64 worlds). SB3: its default SAC on
-             one world through our gymnasium adapter (`robo_rl.gym.TaskGymEnv`), with our preset's task
+             one world through `robo_rl.adapters.to_gymnasium.TaskGymEnv`, with our preset's task
              settings (its `env` section: the same rewards) and the action space narrowed to our preset's
              `policy.action_bound` so both explore the same range.
 
 Both learners get the same budget of env steps (`--budget-scale` scales them) and are evaluated every
 `1/EVALS_PER_BUDGET` of it on the same fresh evaluation worlds (same seed, one deterministic episode each,
-`robo_rl.evaluate.run_episodes`); the clock counts training only, not evaluation. A learner that never reaches
+`robo_rl.learn.evaluation.run_episodes`); the clock counts training only, not evaluation. A learner that never reaches
 the threshold within its budget or `--sb3-max-s` seconds is reported at the time it stopped: for SB3 the
 ratio is then a lower bound (said so above the TARGET lines); if ours never reaches it, the ratio is 0.
 Torch runs on `THREADS` thread(s) for both (see there). Ends with
@@ -48,10 +48,10 @@ set_training_process_defaults()  # before torch is imported, as the CLI does
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from robo_rl.builders import build_env, resolve_config  # noqa: E402
-from robo_rl.config import TrainConfig, load_yaml  # noqa: E402
-from robo_rl.evaluate import run_episodes  # noqa: E402
-from robo_rl.runner import OffPolicyRunner, Runner  # noqa: E402
+from robo_rl.core.config import TrainConfig, load_yaml  # noqa: E402
+from robo_rl.learn.builders import build_env, resolve_config  # noqa: E402
+from robo_rl.learn.evaluation import run_episodes  # noqa: E402
+from robo_rl.learn.runner import OffPolicyRunner, Runner  # noqa: E402
 
 GOAL = 3.0
 """Our time to the threshold must be this many times shorter than SB3's."""
@@ -160,7 +160,7 @@ def sb3_env(case: Case, cfg: TrainConfig):
         space = env.action_space
         center, half = (space.high + space.low) / 2, (space.high - space.low) / 2
         return env, lambda a: (a - center) / half  # our adapter maps [-1, 1] onto the Box
-    from robo_rl.gym import TaskGymEnv
+    from robo_rl.adapters.to_gymnasium import TaskGymEnv
 
     env = TaskGymEnv(cfg.task, config=load_yaml(REPO / "sim_configs" / case.preset).get("env"), seed=cfg.seed)
     bound = float(cfg.policy.action_bound) or float(env.action_space.high[0])

@@ -29,10 +29,10 @@ set_training_process_defaults()  # before torch is imported, as the CLI does
 
 import torch  # noqa: E402
 
-from robo_rl.builders import build_env, resolve_config  # noqa: E402
-from robo_rl.config import load_yaml  # noqa: E402
-from robo_rl.evaluate import rollout  # noqa: E402
-from robo_rl.runner import Runner, make_runner  # noqa: E402
+from robo_rl.core.config import load_yaml  # noqa: E402
+from robo_rl.learn.builders import build_env, resolve_config  # noqa: E402
+from robo_rl.learn.evaluation import rollout  # noqa: E402
+from robo_rl.learn.runner import Runner, make_runner  # noqa: E402
 
 PRESETS = {"PPO": "quadruped-walk-flat.yaml", "SAC": "quadruped-walk-flat-sac.yaml"}
 ROWS = (

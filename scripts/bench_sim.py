@@ -291,8 +291,8 @@ def ppo_env_steps_per_s(task: str, n: int, device: str, iterations: int) -> floa
     """End-to-end PPO (rollout + update) env steps/s on the Warp backend, after one untimed iteration."""
     import tempfile
 
-    from robo_rl.builders import resolve_config
-    from robo_rl.runner import make_runner
+    from robo_rl.learn.builders import resolve_config
+    from robo_rl.learn.runner import make_runner
 
     cfg = resolve_config({"task": task}, [f"sim.num_envs={n}", "sim.backend=mujoco_warp", f"sim.device={device}"])
     with tempfile.TemporaryDirectory() as tmp:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench_render import CAMERA, mid_episode_backend  # scripts/, next to this file
 
-from robo_rl.video import image_grid
+from robo_rl.learn.policy_video import image_grid
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ import sys
 
 import torch
 
-from robo_rl.builders import build_env, load_policy, load_trained
-from robo_rl.evaluate import rollout
+from robo_rl.learn.builders import build_env, load_policy, load_trained
+from robo_rl.learn.evaluation import rollout
 from robo_rl.tasks.terrain import TERRAIN_TYPES
 
 

@@ -6,7 +6,7 @@ with an NVIDIA GPU:
     .venv/bin/python scripts/gpu_check.py            # about 5 minutes, most of it compiling kernels once
 
 It runs, each with a time limit, and prints a short report at the end:
-  1. tests/test_warp_backend.py with the Warp side on cuda:0 (every task against the CPU backend);
+  1. tests/sim/test_warp_backend.py with the Warp side on cuda:0 (every task against the CPU backend);
   2. scripts/bench_sim.py --backend mujoco_warp --device cuda:0: our env against raw mujoco_warp.step
      (TARGET warp_env_vs_raw_step_* >= 0.85) and end-to-end PPO env steps/s on quadruped-walk-flat at
      4096 worlds (TARGET warp_ppo_quadruped_env_steps_per_s >= 150000 on an H100/H200-class GPU).
@@ -63,7 +63,7 @@ def main() -> int:
         bench = [*bench[:4], "--device", args.device, "--quick"]
     steps = [
         ("parity with the CPU backend", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                         "tests/test_warp_backend.py"], 150),
+                                         "tests/sim/test_warp_backend.py"], 150),
         ("throughput", bench, 150),
     ]
     report = []

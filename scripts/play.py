@@ -2,7 +2,7 @@
 
 import sys
 
-from robo_rl.cli import main
+from robo_rl.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["play", *sys.argv[1:]]))

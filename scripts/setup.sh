@@ -26,7 +26,7 @@ pip_install() {  # quiet unless it fails; the full output stays in .venv/setup.l
 : >"$log"
 pip_install torch==2.13.0
 pip_install -e ".[dev]"
-# unitree-sdk2 pins an old cyclonedds; only its pure-Python IDL types are used (tests/test_dds_unitree.py
+# unitree-sdk2 pins an old cyclonedds; only its pure-Python IDL types are used (tests/deploy/test_dds_unitree.py
 # checks our Unitree messages and CRC against them), so it goes in beside the current cyclonedds.
 pip_install --no-deps unitree-sdk2==1.0.1
 echo "robo_rl is set up in .venv ($(.venv/bin/python -c 'import torch, mujoco; print("torch", torch.__version__, "mujoco", mujoco.__version__)'))"

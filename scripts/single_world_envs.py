@@ -18,7 +18,7 @@ import gymnasium as gym
 import mujoco
 import numpy as np
 
-from robo_rl.assets import find_asset
+from robo_rl.core.assets import find_asset
 from robo_rl.tasks import make_env
 
 

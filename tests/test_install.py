@@ -56,7 +56,7 @@ def _run(bin_dir: Path, cwd: Path, *args: str, timeout: float = 300) -> subproce
 
 def test_wheel_installs_and_runs_outside_the_checkout(installed, tmp_path):
     py = installed / "python"
-    where = subprocess.run([str(py), "-c", "import robo_rl, robo_rl.assets as a; print(robo_rl.__file__); "
+    where = subprocess.run([str(py), "-c", "import robo_rl, robo_rl.core.assets as a; print(robo_rl.__file__); "
                             "print(a.checkout_root()); print(a.find_asset('envs/go2.xml'))"],
                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout.split("\n")
     assert str(REPO) not in where[0]  # the wheel's copy, not this checkout
@@ -112,7 +112,7 @@ def test_import_robo_rl_deploy_leaves_the_environment_unchanged():
 
 
 def test_training_entry_point_sets_its_openmp_default():
-    code = ("import os; from robo_rl.cli import main; main(['tasks']); print(os.environ.get('OMP_WAIT_POLICY')); "
+    code = ("import os; from robo_rl.cli.main import main; main(['tasks']); print(os.environ.get('OMP_WAIT_POLICY')); "
             "from robo_rl.sim import set_training_process_defaults as s; s(); print(os.environ['OMP_WAIT_POLICY'])")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)

@@ -11,7 +11,7 @@ import shlex
 
 import pytest
 
-from robo_rl.cli import _parser, main
+from robo_rl.cli.main import _parser, main
 from tests.conftest import REPO, run_cli
 
 README = (REPO / "README.md").read_text()
@@ -86,7 +86,7 @@ def test_readme_ros_commands_name_what_the_package_has():
 @pytest.mark.parametrize("args", [a for a in ROBO_RL if a[0] == "deploy" and "dds" not in a], ids=lambda a: a[2])
 def test_readme_deploy_command_runs(args):
     """The sim deploy commands as written, on the real-time twin, cut to 2 s (the DDS ones need a robot or a
-    twin on the other side: tests/test_dds_transport.py runs them)."""
+    twin on the other side: tests/deploy/test_dds_transport.py runs them)."""
     cut = [a for i, a in enumerate(args) if a != "--duration" and (i == 0 or args[i - 1] != "--duration")]
     result = run_cli(*cut, "--duration", "2", timeout=120)
     assert result.returncode == 0, result.stderr
@@ -99,7 +99,7 @@ TRAIN = [args for args in ROBO_RL if args[0] == "train"]
 @pytest.mark.parametrize("args", TRAIN, ids=[" ".join(a)[:60] for a in TRAIN])
 def test_readme_train_command_resolves_its_config(args, tmp_path):
     """Every README training command's config (preset, flags, --set overrides) builds and validates."""
-    from robo_rl.cli import _train_config
+    from robo_rl.cli.main import _train_config
 
     parsed = _parser().parse_args([*args, "--set", f"runner.log_dir={tmp_path}"])
     if parsed.resume:
@@ -109,12 +109,12 @@ def test_readme_train_command_resolves_its_config(args, tmp_path):
 
     import torch
 
-    from robo_rl.builders import build_env
+    from robo_rl.learn.builders import build_env
 
     cfg = start.cfg
     framework = cfg.task.split(":")[0]
     if framework in ("mjlab", "isaaclab") and importlib.util.find_spec(framework) is None:
-        return  # its env is built by tests/test_isaaclab_adapter.py, in the framework's venv (test_mjlab_venv.py)
+        return  # built by tests/adapters/test_isaaclab_adapter.py in the framework's venv
     if cfg.sim.device != "cpu" and not torch.cuda.is_available():  # a GPU command: build it on Warp's CPU device
         cfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, device="cpu"))
     env = build_env(cfg, num_envs=1)  # task-level checks too (observation term names, pushes)

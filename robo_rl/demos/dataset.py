@@ -43,9 +43,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from robo_rl.core.files import atomic_write
 from robo_rl.demos.errors import DatasetError
-from robo_rl.demos.video import append_video, count_video_frames, decode_video, open_encoder, truncate_video
-from robo_rl.files import atomic_write
+from robo_rl.demos.video_segments import append_video, count_video_frames, decode_video, open_encoder, truncate_video
 
 __all__ = ["DatasetError", "DatasetReader", "DatasetWriter", "camera", "count_video_frames", "read_meta", "repair",
            "scalar", "vector"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from robo_rl.config import UserError
+from robo_rl.core.config import UserError
 
 
 class DatasetError(UserError, ValueError):

@@ -183,7 +183,7 @@ def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, cam
     sim = hw.transport.get("sim") or {}
     if "model" not in sim:
         raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
-    from robo_rl.assets import find_asset
+    from robo_rl.core.assets import find_asset
 
     model = mujoco.MjModel.from_xml_path(str(find_asset(sim["model"], what="sim twin model")))
     data = mujoco.MjData(model)

@@ -355,7 +355,7 @@ class _Source:
 
 def _load_mapping(mapping: Mapping[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(mapping, (str, Path)):
-        from robo_rl.config import load_yaml
+        from robo_rl.core.config import load_yaml
 
         return load_yaml(mapping)
     if not isinstance(mapping, Mapping):

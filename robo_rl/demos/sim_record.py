@@ -77,7 +77,7 @@ class _Teacher:
 def _teacher_env(task: str, teacher: str, num_envs: int, seed: int) -> tuple[Any, _Teacher]:
     """The env the teacher run was trained in (its task config) and the teacher; ValueError (one line) if the run
     is of another task or runs action chunks."""
-    from robo_rl.builders import load_policy, load_trained
+    from robo_rl.learn.builders import load_policy, load_trained
 
     _, state, cfg = load_trained(teacher)
     if cfg.task != task:

@@ -1,7 +1,7 @@
 """Action terms in numpy: the policy's raw actions and the measured joint state -> joint position targets.
 
 Twins of the sim-side torch terms in `robo_rl.tasks.actions` (same names, same maths; kinds described in
-`robo_rl.contract.ActionTermSpec`), built from the contract's action terms. The deploy side computes every
+`robo_rl.core.contract.ActionTermSpec`), built from the contract's action terms. The deploy side computes every
 joint target here, for every kind: `ee_delta` needs the measured joints and `gripper` the previous target,
 which the ONNX graph does not have. numpy only; single states, no batch dimension.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_rl.contract import ActionTermSpec, DeployContract
+from robo_rl.core.contract import ActionTermSpec, DeployContract
 from robo_rl.deploy.kinematics import SerialChain, quat_to_matrix
 
 

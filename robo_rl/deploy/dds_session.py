@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TextIO
 
-from robo_rl.deploy.rewards import EpisodeEvent
+from robo_rl.deploy.reward_modules import EpisodeEvent
 from robo_rl.deploy.runtime import RUNTIME_REQUESTS, PolicyRuntime, RuntimeConfig
 from robo_rl.deploy.state_machine import Mode
 
@@ -145,7 +145,7 @@ def run_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s: 
              command_interface: str | None = None, physics_dt: float | None = None, latency_s: float = 0.0,
              noise_std: float = 0.0, seed: int = 0, out: TextIO = sys.stdout) -> int:
     """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied."""
-    from robo_rl.assets import find_asset
+    from robo_rl.core.assets import find_asset
     from robo_rl.deploy.hardware import load_hardware
     from robo_rl.deploy.transports.dds import DdsEndpoint, DdsSettings, DdsTwinServer, check_domain_id
     from robo_rl.deploy.transports.sim import SimRobot

@@ -1,7 +1,7 @@
 """Kinematics of a serial hinge chain in numpy, for the robot side: site pose and geometric Jacobian.
 
 The twin of `robo_rl.tasks.kinematics.SerialChain` (torch, batched), fed by the same JSON chain description
-that the exporter writes into the deploy contract (format: `robo_rl.contract.validate_chain`). One
+that the exporter writes into the deploy contract (format: `robo_rl.core.contract.validate_chain`). One
 configuration at a time; numpy only.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.contract import validate_chain
+from robo_rl.core.contract import validate_chain
 
 
 def quat_to_matrix(q: np.ndarray) -> np.ndarray:

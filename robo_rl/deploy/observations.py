@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from robo_rl.contract import DeployContract
+from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import RobotState
 

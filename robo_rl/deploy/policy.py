@@ -11,15 +11,15 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_rl.contract import DeployContract
+from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.actions import ActionMap
-from robo_rl.deploy.commands import OperatorCommands
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.observations import ObservationBuilder
+from robo_rl.deploy.operator_commands import OperatorCommands
 from robo_rl.deploy.robot import RobotState
 
-# The file format shared with the exporter (robo_rl.export): metadata key and tensor names.
-CONTRACT_KEY = "robo_rl.contract"
+# The file format shared with the exporter (robo_rl.export.onnx_export): metadata key and tensor names.
+CONTRACT_KEY = "robo_rl.core.contract"
 INPUT_NAME = "obs"
 NOISE_NAME = "noise"
 """Second input of a flow policy that samples its initial noise x_0 (contract extra.flow.noise_input_dim wide)."""
@@ -201,7 +201,7 @@ class PolicyStep:
     (keyboard, ROS topic, test), through `set_command` or `commands[name] = value`: both check the value.
 
     Action chunks (contract action.chunk E > 1): the policy runs on every E-th tick and its E actions are
-    executed one per tick, open-loop, as in training (`robo_rl.sim.chunked`); `reset` (a new POLICY phase)
+    executed one per tick, open-loop, as in training (`robo_rl.adapters.chunked`); `reset` (a new POLICY phase)
     starts a new chunk. The observation is still built every tick: its histories and `last_obs` stay per tick.
     """
 

@@ -37,8 +37,8 @@ import numpy as np
 from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller, check_realtime_priority
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.policy import PolicyStep
-from robo_rl.deploy.resets import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
-from robo_rl.deploy.rewards import REWARD_MODULES, EpisodeEvent, EpisodeTracker, OperatorLabelReward, make_reward
+from robo_rl.deploy.reset_modules import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
+from robo_rl.deploy.reward_modules import REWARD_MODULES, EpisodeEvent, EpisodeTracker, OperatorLabelReward, make_reward
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, OPERATOR_REQUESTS
 from robo_rl.deploy.session import default_pose, load_for_deploy

@@ -407,7 +407,7 @@ class SafetyFilter:
         [0, kp_max] / [0, kd_max]; |dq*| <= velocity_limits; q* inside [lower + margin, upper - margin];
         |kp (q* - q) + kd (dq* - dq) + tau_ff| <= torque_margin * torque_limits at the measured (q, dq).
         The damping commands returned on a refusal meet them too (q clamped, kd lowered where the
-        measured speed would need more than the budget). tests/test_deploy_properties.py checks all of
+        measured speed would need more than the budget). tests/deploy/test_deploy_properties.py checks all of
         this on generated inputs.
 
         In order: latched e-stop -> damping ("estop"); unusable state -> damping ("invalid_state");

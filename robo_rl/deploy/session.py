@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from robo_rl.assets import find_asset
+from robo_rl.core.assets import find_asset
 from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.config import ConfigError
+from robo_rl.core.config import ConfigError
 from robo_rl.sim.mjmodel import (
     FULL_PHYSICS,
     ModelNames,

@@ -2,8 +2,8 @@
 `isaaclab:<id>` names.
 
 A name `gym:<id>` (e.g. `gym:Hopper-v5`) is any registered gymnasium environment, run through
-`robo_rl.sim.gymnasium_adapter` (gymnasium itself is imported only when such a name is used).
-`mjlab:<id>` and `isaaclab:<id>` are the frameworks' own tasks, run through `robo_rl.sim.isaaclab`.
+`robo_rl.adapters.from_gymnasium` (gymnasium itself is imported only when such a name is used).
+`mjlab:<id>` and `isaaclab:<id>` are the frameworks' own tasks, run through `robo_rl.adapters.isaaclab`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from robo_rl.config import ConfigError
-from robo_rl.sim.gymnasium_adapter import GYM_PREFIX, gym_task_entry
-from robo_rl.sim.isaaclab import FRAMEWORKS, external_task_entry
+from robo_rl.adapters.from_gymnasium import GYM_PREFIX, gym_task_entry
+from robo_rl.adapters.isaaclab import FRAMEWORKS, external_task_entry
+from robo_rl.core.config import ConfigError
 from robo_rl.tasks.arm_pick_place import (
     ArmPickPlaceConfig,
     ArmPickPlaceEnv,

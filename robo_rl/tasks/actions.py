@@ -4,7 +4,7 @@ A task declares its terms as contract specs (`ActionTermSpec`, built with the `*
 base class turns each into a term object once (`make_term`), with its constants as tensors, and on every
 step maps the term's raw action columns (N, dim) and its joints' state to targets (N, J_t). The deploy side
 (`robo_rl.deploy.actions`) has numpy twins with the same names built from the same specs; a parity test
-feeds both the same states. Kinds and their maths are described in `robo_rl.contract.ActionTermSpec`.
+feeds both the same states. Kinds and their maths are described in `robo_rl.core.contract.ActionTermSpec`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.contract import ActionTermSpec
+from robo_rl.core.contract import ActionTermSpec
 from robo_rl.tasks.kinematics import SerialChain, quat_to_matrix, serial_chain
 
 

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.config import ConfigError, _f
-from robo_rl.contract import ActionTermSpec, DeployContract, ObsTerm
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.actions import ee_delta_spec, gripper_spec
@@ -351,7 +351,7 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
         import mujoco
 
         check_model_file(cfg.model)
-        from robo_rl.assets import find_asset
+        from robo_rl.core.assets import find_asset
 
         spec = mujoco.MjSpec.from_file(str(find_asset(cfg.model)))
         first = spec.body("cube")

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.assets import find_asset
-from robo_rl.config import ConfigError
-from robo_rl.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm, validate_action
+from robo_rl.core.assets import find_asset
+from robo_rl.core.config import ConfigError
+from robo_rl.core.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm, validate_action
 from robo_rl.sim.backend import PhysicsBackend, make_backend
 from robo_rl.sim.mujoco_cpu import load_model
 from robo_rl.tasks import events
@@ -29,7 +29,7 @@ from robo_rl.tasks.randomization import DomainRandomization
 
 
 def check_model_file(model: str, path: str = "env.model") -> None:
-    """ConfigError unless `model` names an existing MJCF file (found by `robo_rl.assets.find_asset`)."""
+    """ConfigError unless `model` names an existing MJCF file (found by `robo_rl.core.assets.find_asset`)."""
     if not model.strip():
         raise ConfigError(f"config error: {path} = {model!r}: expected the path of an MJCF file")
     try:
@@ -415,7 +415,7 @@ class TaskEnv(DomainRandomization):
         """Start new episodes in worlds `ids` (K,) now; returns `obs` (the current groups) with their rows renewed.
 
         The other worlds keep their rows as they are, noise draws included (their histories hold those).
-        `robo_rl.sim.chunked` uses it for worlds whose episode ended in the middle of an action chunk.
+        `robo_rl.adapters.chunked` uses it for worlds whose episode ended in the middle of an action chunk.
         """
         with single_torch_thread(), device_scope(self.device):
             self._reset_ids(ids)

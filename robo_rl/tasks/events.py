@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from robo_rl.config import ConfigError, _f
+from robo_rl.core.config import ConfigError, _f
 
 _RANGE_FIELDS = (
     "friction_scale", "mass_scale", "kp_scale", "kd_scale", "motor_strength", "damping_add", "armature_add",

@@ -185,7 +185,7 @@ class Demonstrations:
         return float(self.episode_success.mean()) if self.episode_success.numel() else float("nan")
 
     def arrays(self) -> dict[str, Tensor]:
-        """The transitions as the arrays `robo_rl.replay.load_demo_arrays` takes (RLPD's demonstrations)."""
+        """The transitions as `robo_rl.learn.replay_buffer.load_demo_arrays` takes them (RLPD's demonstrations)."""
         out = {k: getattr(self, k) for k in ("obs", "action", "reward", "next_obs", "terminated", "truncated")}
         if self.critic_obs is not None:
             out.update(critic_obs=self.critic_obs, next_critic_obs=self.next_critic_obs)

@@ -1,7 +1,7 @@
 """Batched kinematics of a serial chain of hinge joints in torch: site pose and geometric Jacobian.
 
 The chain is read once from the MjModel into a plain JSON description (`serial_chain`, format in
-`robo_rl.contract.validate_chain`); `SerialChain` turns it into constant tensors and evaluates all worlds
+`robo_rl.core.contract.validate_chain`); `SerialChain` turns it into constant tensors and evaluates all worlds
 at once with a handful of batched ops per link: no per-world Python and no MuJoCo call, so the same code
 runs on a GPU backend. The robot side has a numpy twin fed by the same description
 (`robo_rl.deploy.kinematics`), which the exporter writes into the deploy contract.
@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.contract import validate_chain
+from robo_rl.core.contract import validate_chain
 
 _HINGE = 3  # mujoco.mjtJoint.mjJNT_HINGE
 

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.assets import find_asset
-from robo_rl.config import ConfigError, _f
-from robo_rl.contract import ObsTerm
+from robo_rl.core.assets import find_asset
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.core.contract import ObsTerm
 from robo_rl.sim.mujoco_cpu import mujoco  # the backend picks a headless MUJOCO_GL before importing mujoco
 from robo_rl.tasks.base import add_motor_lag, check_model_file
 from robo_rl.tasks.curriculum import initial_terrain_levels, next_terrain_levels, spawn_origins, terrain_columns

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.config import ConfigError, _f
-from robo_rl.contract import DeployContract, ObsTerm
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.core.contract import DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names

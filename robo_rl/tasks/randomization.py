@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from robo_rl.config import ConfigError
+from robo_rl.core.config import ConfigError
 from robo_rl.tasks import events
 
 

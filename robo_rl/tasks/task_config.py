@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from robo_rl.config import _f
+from robo_rl.core.config import _f
 from robo_rl.tasks.events import DomainRandConfig
 
 

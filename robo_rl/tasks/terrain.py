@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.config import MAX_SEED, ConfigError, _f
+from robo_rl.core.config import MAX_SEED, ConfigError, _f
 
 TERRAIN_TYPES = ("slope_up", "slope_down", "stairs_up", "stairs_down", "rough", "obstacles")
 """Sub-terrain types, in the order their columns are laid out."""

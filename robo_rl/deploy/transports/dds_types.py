@@ -3,10 +3,10 @@
 Every struct is `@final` (plain CDR: the encoding ROS 2's rmw layers expect; `@appendable` would make
 XCDR2, which they reject) and named as ROS 2 names it on the wire (`sensor_msgs::msg::dds_::JointState_`;
 cyclonedds writes the dots of `typename` as `::`). Fields carry ROS 2's field names and order, so the
-CDR bytes equal ROS 2's serialization (tests/test_dds_wire.py compares them with `rosbags`).
+CDR bytes equal ROS 2's serialization (tests/deploy/test_dds_wire.py compares them with `rosbags`).
 
 The Unitree structs follow the unitree_go IDL published with unitree_sdk2 (`LowState_`, `LowCmd_` and
-their members); tests/test_dds_unitree.py checks them against the `unitree-sdk2` package's own types.
+their members); tests/deploy/test_dds_unitree.py checks them against the `unitree-sdk2` package's own types.
 
 No `from __future__ import annotations` here: cyclonedds resolves the field annotations at run time.
 """

@@ -17,7 +17,7 @@ import rclpy
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage
 
-from robo_rl.assets import find_asset
+from robo_rl.core.assets import find_asset
 from robo_rl.demos.dataset import DatasetWriter
 from robo_rl.demos.recorder import robot_features
 from robo_rl.demos.topic_recorder import TopicRecorder

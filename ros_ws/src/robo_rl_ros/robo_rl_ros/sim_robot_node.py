@@ -15,7 +15,7 @@ import time
 import rclpy
 from rclpy.node import Node
 
-from robo_rl.assets import find_asset
+from robo_rl.core.assets import find_asset
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import load_hardware

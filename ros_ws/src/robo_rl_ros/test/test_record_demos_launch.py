@@ -4,7 +4,7 @@ Configure, activate and start the policy node, let it run, stop it; after shutdo
 dataset holds the episode's joint states and commands (the policy node's episode events start it).
 Needs a sourced ROS 2 workspace with robo_rl installed (pip install "robo_rl[train,demos]"); run with
 `colcon test`. Without ROS 2 the
-module is skipped: its logic is tested without ROS (tests/test_topic_recorder.py).
+module is skipped: its logic is tested without ROS (tests/demos/test_topic_recorder.py).
 """
 
 import os

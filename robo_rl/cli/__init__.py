@@ -1,0 +1,1 @@
+"""The `robo-rl` command."""

@@ -1,0 +1,142 @@
+"""The demonstration commands of the `robo-rl` CLI: record, replay, dataset (arguments in cli/main.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+from robo_rl.core.config import UserError
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    sim = bool(args.expert or args.teacher)
+    if (args.expert and args.teacher) or sim == bool(args.teleop) or (sim and not args.task) or (
+            args.teleop and not args.robot):
+        raise UserError("record: give either --task TASK --expert or --task TASK --teacher RUN (simulation), or "
+                        "--robot HW --teleop DEVICE")
+    if args.episodes < 1 or args.num_envs < 1 or not 8 <= args.image_size <= 1024 or args.noise < 0:
+        raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
+    if args.teleop:
+        return _record_teleop(args)
+    from robo_rl.demos.sim_record import record_expert
+
+    started = time.monotonic()
+
+    def progress(n: int) -> None:
+        if sys.stdout.isatty() or n == args.episodes or n % 10 == 0:
+            end = "\n" if n == args.episodes or not sys.stdout.isatty() else "\r"
+            print(f"recorded {n}/{args.episodes} episodes ({time.monotonic() - started:.0f} s)", end=end, flush=True)
+
+    try:
+        summary = record_expert(args.task, args.episodes, args.out, num_envs=args.num_envs, cameras=args.cameras,
+                                image_size=args.image_size, seed=args.seed, action_noise=args.noise,
+                                teacher=args.teacher, progress=progress)
+    except ValueError as exc:
+        raise UserError(f"record: {exc}") from None
+    rate = summary["success_rate"]  # NaN for a task without a success metric (locomotion)
+    success = f", {'teacher' if args.teacher else 'expert'} success {rate:.2f}" if rate == rate else ""
+    print(f"dataset {args.out}: {summary['episodes']} episodes, {summary['frames']} frames{success}, dropped frames "
+          f"{summary['dropped']}")
+    return 0
+
+
+def _record_teleop(args: argparse.Namespace) -> int:
+    from robo_rl.demos.recorder import record_teleop
+    from robo_rl.demos.teleop import DEVICES
+
+    try:
+        device = DEVICES[args.teleop]()
+    except (ImportError, OSError, ValueError) as exc:
+        raise UserError(f"record: teleop device {args.teleop}: {exc}") from None
+    print("teleoperating the twin: w/s a/d r/f move the hand, space toggles the gripper, enter ends the episode, "
+          "q quits", flush=True)
+    try:
+        report = record_teleop(args.robot, args.out, device, cameras=tuple(args.cameras), image_size=args.image_size,
+                               max_speed=args.max_speed, status=lambda line: print(line, flush=True))
+    except (ValueError, RuntimeError) as exc:
+        raise UserError(f"record: {exc}") from None
+    finally:
+        if hasattr(device, "close"):
+            device.close()
+    print(f"dataset {args.out}: {report['episodes']} episodes, {report['frames']} frames, dropped {report['dropped']}, "
+          f"{report['rate_hz']:.1f} Hz")
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from robo_rl.demos.replay import replay_episode
+
+    def confirm() -> bool:
+        print("holding the episode's first pose: type start + Enter to replay (anything else stops)", flush=True)
+        return sys.stdin.readline().strip() == "start"
+
+    try:
+        out = replay_episode(args.dataset, args.episode, args.robot, realtime=args.realtime,
+                             transport=args.transport, domain_id=args.domain_id,
+                             confirm=confirm if args.transport == "dds" else None)
+    except (ValueError, RuntimeError) as exc:
+        raise UserError(f"replay: {exc}") from None
+    gap = np.abs(out["q"][:-1] - out["recorded"][1:]).max(axis=1) if len(out["q"]) > 1 else np.zeros(1)
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(out["interventions"].items())) or "none"
+    print(f"replayed episode {args.episode}: {len(out['q'])} ticks; joints vs the recording: max "
+          f"{gap.max():.2e} rad, last second {gap[-50:].max():.2e} rad; safety filter interventions: {shown}")
+    return 0
+
+
+def cmd_dataset(args: argparse.Namespace) -> int:
+    from robo_rl.demos.dataset import DatasetReader
+
+    if args.dataset_command in ("to-rosbag", "from-rosbag"):
+        from robo_rl.demos import rosbag
+
+        try:
+            if args.dataset_command == "to-rosbag":
+                print(rosbag.cmd_to_rosbag(args.path, args.out, args.episodes, args.storage))
+            else:
+                print(rosbag.cmd_from_rosbag(args.bag, args.mapping, args.out))
+        except ValueError as exc:
+            raise UserError(f"dataset {args.dataset_command}: {exc}") from None
+        return 0
+    reader = DatasetReader(args.path)
+    if args.dataset_command == "stats":
+        import json
+
+        stats = json.loads((reader.root / "meta" / "stats.json").read_text())
+        for key, st in stats.items():
+            def fmt(name: str, st: dict = st) -> str:
+                return np.array2string(np.asarray(st[name]).reshape(-1)[:6], precision=3, separator=" ")
+            print(f"{key:<32} mean {fmt('mean')} std {fmt('std')} min {fmt('min')} max {fmt('max')}")
+        return 0
+    if args.dataset_command == "video" and args.render:
+        from robo_rl.demos.replay import render_episode
+        from robo_rl.learn.policy_video import write_mp4
+
+        try:
+            frames, fps = render_episode(args.path, args.episode, args.render, camera=args.camera or "track")
+        except ValueError as exc:
+            raise UserError(f"dataset video: {exc}") from None
+        write_mp4(args.out, frames, fps)
+        print(f"{args.out}: episode {args.episode} re-rendered on the twin, {len(frames)} frames at {fps:g} fps")
+        return 0
+    if args.dataset_command == "video":
+        from robo_rl.learn.policy_video import write_mp4
+
+        key = args.camera or (reader.video_keys[0] if reader.video_keys else None)
+        if key not in reader.video_keys:
+            raise UserError(f"dataset video: {args.path} has no camera {key!r}; cameras: "
+                            f"{', '.join(reader.video_keys) or 'none'}")
+        frames = reader.episode(args.episode)[key]
+        write_mp4(args.out, list(frames), reader.fps)
+        print(f"{args.out}: episode {args.episode}, {len(frames)} frames of {key} at {reader.fps:g} fps")
+        return 0
+    info = reader.meta.info
+    print(f"{args.path}: LeRobot {info['codebase_version']}, {reader.num_episodes} episodes, {reader.num_frames} "
+          f"frames at {reader.fps:g} fps, robot {info.get('robot_type') or '-'}, tasks {len(reader.meta.tasks)}")
+    for key, spec in reader.features.items():
+        names = spec.get("names")
+        shown = f" ({', '.join(map(str, names[:4]))}{', ...' if len(names) > 4 else ''})" if names else ""
+        print(f"  {key:<32} {spec['dtype']:<8} {spec['shape']}{shown}")
+    return 0

@@ -1,0 +1,602 @@
+"""The `robo-rl` command: train, play, export, deploy, twin, tasks.
+
+User mistakes (unknown task, bad config key or value, missing run, unwritable output, a run in use)
+print one line `robo-rl: ...` on stderr and never a traceback.
+
+Exit codes:
+    0: success.
+    1: training stopped because a value became non-finite (`training stopped at iteration N: ...`);
+       the run's newest checkpoint is the last good one.
+    2: a user mistake (command line, config, files); nothing was written.
+    130: interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn
+
+import numpy as np
+
+from robo_rl.cli.demos import cmd_dataset, cmd_record, cmd_replay  # light: numpy; the rest lazily
+from robo_rl.core.assets import find_data_file
+from robo_rl.core.config import (
+    MAX_NUM_ENVS,
+    MAX_SEED,
+    ConfigError,
+    UserError,
+    load_yaml,
+    resume_changes,
+)
+from robo_rl.deploy.controller import REALTIME_PRIORITY  # light: numpy
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (`robo-rl train: argument --num-envs: ...`), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        where = self.prog.removeprefix("robo-rl").strip()
+        self.exit(2, f"robo-rl: {where + ': ' if where else ''}{message} (see {self.prog} --help)\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="robo-rl", description="Robotics RL: train, evaluate and deploy robot policies.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy")
+    t.add_argument("--task", help="task name (see `robo-rl tasks`)")
+    t.add_argument("--algo", help="learning algorithm: ppo (default), sac, or one added with register_algorithm")
+    t.add_argument("--config", help="YAML preset (default: sim_configs/<task>.yaml, or <task>-<algo>.yaml with "
+                                    "--algo other than ppo, when it exists)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. --set algo.learning_rate=3e-4 (repeatable)")
+    t.add_argument("--num-envs", type=int, help="parallel worlds (sim.num_envs)")
+    t.add_argument("--seed", type=int, help="random seed")
+    t.add_argument("--max-iterations", type=int, help="runner.max_iterations")
+    t.add_argument("--max-time", type=float, help="stop after this many seconds of training (runner.max_time_s)")
+    t.add_argument("--run-name", help="run folder name under runner.log_dir")
+    t.add_argument("--resume", metavar="RUN", help="continue a run (its folder or name) from its latest checkpoint")
+    t.add_argument("--video", action="store_true", help="record an evaluation video at the end")
+    t.add_argument("--dataset", metavar="PATH", help="demonstrations (a LeRobot v3.0 folder) for bc, flow-bc, RLPD")
+
+    pl = sub.add_parser("play", help="run a trained policy and print its return and task metrics")
+    pl.add_argument("run", metavar="RUN_OR_CHECKPOINT")
+    pl.add_argument("--episodes", type=int, default=16, help="episodes to run (one per world)")
+    pl.add_argument("--video", metavar="OUT.mp4", help="also write a video of the first episode")
+    pl.add_argument("--seed", type=int, default=1000, help="seed of the evaluation episodes")
+    pl.add_argument("--flow-steps", type=int, metavar="K", help="a flow policy's denoising steps (default: trained K)")
+
+    ex = sub.add_parser("export", help="export a trained policy to ONNX with its deploy contract")
+    ex.add_argument("run", metavar="RUN_OR_CHECKPOINT")
+    ex.add_argument("--out", required=True, metavar="policies/NAME.onnx", help="output file (.onnx)")
+
+    dp = sub.add_parser("deploy", help="run an exported policy on a robot through the deploy core")
+    dp.add_argument("--policy", required=True, metavar="policies/X.onnx")
+    dp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
+    dp.add_argument("--transport", default="sim",
+                    help="how to reach the robot: sim (the MuJoCo twin, in-process) or dds (a real robot or "
+                         "`robo-rl twin` over DDS, ROS 2 wire format; POLICY starts when the operator types start)")
+    dp.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    dp.add_argument("--velocity", metavar="VX,VY,WZ", help="velocity command for legged policies")
+    dp.add_argument("--target", metavar="X,Y,Z", help="end-effector target for reaching policies (base frame, m)")
+    dp.add_argument("--latency", type=float, default=0.0, help="sim transport: command latency (s)")
+    dp.add_argument("--noise", type=float, default=0.0, help="sim transport: sensor noise std")
+    dp.add_argument("--allow-unsafe-hardware", action="store_true",
+                    help="experts only: accept hardware safety values outside their safe range (warned loudly)")
+    dp.add_argument("--domain-id", type=int, default=0, help="dds transport: DDS domain (ROS_DOMAIN_ID)")
+    dp.add_argument("--command-interface", help="dds transport, ros2 profile: forward_position, joint_trajectory "
+                                                "or pd_targets (default: the hardware file's, else pd_targets)")
+    dp.add_argument("--dry-run", action="store_true", help="dds transport: run everything but send no command")
+    dp.add_argument("--realtime-priority", type=int, default=REALTIME_PRIORITY, metavar="P",
+                    help="SCHED_FIFO priority of the control thread, 1-99 (0: normal scheduling; needs rtprio)")
+    dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
+    dp.add_argument("--record", metavar="DIR", help="record every POLICY tick (joints, commands) into a new dataset")
+    dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
+                    help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
+                         "operator; repeatable, summed)")
+
+    tw = sub.add_parser("twin", help="serve the MuJoCo twin of a robot on its DDS topics until stopped")
+    tw.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
+    tw.add_argument("--transport", default="dds", help="how the twin is reached (dds)")
+    tw.add_argument("--domain-id", type=int, default=0, help="DDS domain (ROS_DOMAIN_ID)")
+    tw.add_argument("--rate", type=float, default=200.0, help="state publishing rate (Hz)")
+    tw.add_argument("--command-interface", help="ros2 profile: the command interface it accepts (default as deploy)")
+    tw.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
+    tw.add_argument("--physics-dt", type=float, help="physics time step (s); default the MJCF's")
+    tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
+    tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
+
+    rc = sub.add_parser("record", help="record LeRobot v3.0 demonstrations: a task's expert or teacher, or teleop")
+    rc.add_argument("--task", help="with --expert or --teacher: the task to record in simulation")
+    rc.add_argument("--expert", action="store_true", help="record the task's scripted expert")
+    rc.add_argument("--teacher", metavar="RUN", help="record this trained policy of --task instead (e.g. a PPO run)")
+    rc.add_argument("--robot", metavar="hardware/Y.yaml", help="with --teleop: the arm whose twin is teleoperated")
+    rc.add_argument("--teleop", choices=("keyboard", "gamepad", "spacemouse"),
+                    help="end-effector teleoperation device (keys: w/s a/d r/f move, space gripper, enter ends "
+                         "the episode, q quits)")
+    rc.add_argument("--max-speed", type=float, default=0.1, help="teleop: end-effector speed at full input (m/s)")
+    rc.add_argument("--episodes", type=int, default=50)
+    rc.add_argument("--out", required=True, metavar="DIR", help="new dataset folder")
+    rc.add_argument("--cameras", nargs="*", default=[], metavar="CAMERA", help="model cameras to record")
+    rc.add_argument("--image-size", type=int, default=96, help="camera images are SIZE x SIZE")
+    rc.add_argument("--noise", type=float, default=0.0,
+                    help="std of noise on the executed (not the recorded) actions: recoveries for cloning")
+    rc.add_argument("--num-envs", type=int, default=8, help="parallel worlds")
+    rc.add_argument("--seed", type=int, default=0)
+
+    rp = sub.add_parser("replay", help="replay a recorded episode's joint targets on the twin, through the safety "
+                                       "filter, and compare the joints with the recording")
+    rp.add_argument("dataset")
+    rp.add_argument("--episode", type=int, default=0)
+    rp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
+    rp.add_argument("--realtime", action="store_true", help="at the recorded rate (default: as fast as possible)")
+    rp.add_argument("--transport", default="sim", choices=("sim", "dds"),
+                    help="sim: the twin in-process; dds: a robot or `robo-rl twin` (real time; the replay starts "
+                         "when the operator types start + Enter once the first pose is held)")
+    rp.add_argument("--domain-id", type=int, default=0, help="dds transport: DDS domain (ROS_DOMAIN_ID)")
+
+    ds = sub.add_parser("dataset", help="inspect a LeRobot v3.0 dataset")
+    ds_sub = ds.add_subparsers(dest="dataset_command", required=True)
+    info = ds_sub.add_parser("info", help="episodes, frames, fps, features")
+    info.add_argument("path")
+    st = ds_sub.add_parser("stats", help="per-feature mean, std, min and max of meta/stats.json")
+    st.add_argument("path")
+    vd = ds_sub.add_parser("video", help="write one episode's camera frames to an MP4, or (--render) re-render its "
+                                         "joint states on the robot's twin")
+    vd.add_argument("path")
+    vd.add_argument("--episode", type=int, default=0)
+    vd.add_argument("--camera", help="video feature (default: the first); with --render: a camera of the twin "
+                                     "(default: track)")
+    vd.add_argument("--render", metavar="hardware/Y.yaml", help="re-render the recorded joints on this robot's twin")
+    vd.add_argument("--out", required=True, metavar="OUT.mp4")
+    tb = ds_sub.add_parser("to-rosbag", help="write episodes as a rosbag2 bag (JointState, commands, compressed "
+                                             "images, episode events); the import mapping goes beside it")
+    tb.add_argument("path")
+    tb.add_argument("--out", required=True, metavar="BAG")
+    tb.add_argument("--episodes", help="e.g. 0,2,5-7 (default: all)")
+    tb.add_argument("--storage", choices=("mcap", "sqlite3"), default="mcap")
+    fb = ds_sub.add_parser("from-rosbag", help="import a rosbag2 bag into a new dataset with a topic -> feature "
+                                               "mapping (YAML), resampled to the mapping's fps")
+    fb.add_argument("bag")
+    fb.add_argument("--mapping", required=True, metavar="MAPPING.yaml")
+    fb.add_argument("--out", required=True, metavar="DIR")
+
+    sub.add_parser("tasks", help="list tasks with observation and action sizes")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------- train
+class _Start(NamedTuple):
+    """A validated training start: nothing has been written yet."""
+
+    cfg: Any
+    run_dir: Path
+    resuming: bool
+    state: dict[str, Any] | None
+    """The checkpoint to resume from (None: start at iteration 0)."""
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """`--set` overrides with the dedicated flags in front (a later `--set` wins)."""
+    overrides = list(args.overrides)
+    for flag, key in (
+        ("algo", "algo_name"),
+        ("num_envs", "sim.num_envs"),
+        ("seed", "seed"),
+        ("max_iterations", "runner.max_iterations"),
+        ("max_time", "runner.max_time_s"),
+        ("run_name", "runner.run_name"),
+        ("dataset", "algo.dataset"),
+    ):
+        value = getattr(args, flag, None)
+        if value is not None:
+            if flag == "dataset":  # runs record where their data is, whatever the resume's working folder
+                value = str(Path(value).resolve())
+            overrides.insert(0, f"{key}={value}")
+    if args.video:
+        overrides.insert(0, "runner.video_at_end=true")
+    return overrides
+
+
+def _preset_name(task: str, algo: str | None) -> str:
+    """The default preset of a task: `<task>.yaml` for PPO (the default algorithm), else `<task>-<algo>.yaml`."""
+    return f"{task}.yaml" if algo in (None, "ppo") else f"{task}-{algo}.yaml"
+
+
+def _train_config(args: argparse.Namespace) -> _Start:
+    """Resolve and validate everything before anything heavy starts or anything is written."""
+    from robo_rl.learn.builders import resolve_config
+    from robo_rl.tasks import task_config_class
+
+    overrides = _overrides(args)
+    if args.resume:
+        return _resume_config(args, overrides)
+    if args.config:
+        raw = load_yaml(args.config)
+    elif args.task and (preset := find_data_file("sim_configs", _preset_name(args.task, args.algo))) is not None:
+        raw = load_yaml(preset)
+    else:
+        raw = {}
+    if args.task:
+        task_config_class(args.task)  # unknown names fail here, listing the valid ones
+        raw["task"] = args.task
+    cfg = resolve_config(raw, overrides)
+    # `gym:Hopper-v5` -> `gym_Hopper-v5_<date>_<time>`: a colon in a path confuses scp, rsync and TensorBoard specs
+    name = cfg.runner.run_name or f"{cfg.task.replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
+    run_dir = Path(cfg.runner.log_dir) / name
+    if (run_dir / "config.yaml").exists():
+        raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} is a file; choose another --run-name")
+    return _Start(cfg, run_dir, False, None)
+
+
+def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
+    """The config of a resumed run: its own config plus overrides of `RESUMABLE_FIELDS` only."""
+    from robo_rl.core.config import RESUMABLE_FIELDS
+    from robo_rl.learn.builders import config_from_checkpoint, resolve_config
+    from robo_rl.learn.checkpoint import latest_checkpoint, load_run_checkpoint
+
+    run_dir = _find_run_dir(args.resume)
+    if args.config:
+        raise UserError("--config cannot be combined with --resume (the run's own config is used)")
+    raw = load_yaml(run_dir / "config.yaml")
+    if args.task and args.task != raw.get("task"):
+        raise UserError(f"--task {args.task} does not match the resumed run's task {raw.get('task')}")
+    cfg = resolve_config(raw, overrides)
+    ckpt = latest_checkpoint(run_dir)
+    state = load_run_checkpoint(ckpt) if ckpt else None
+    # The checkpoint's config is what its tensors were trained under; without one, the run's config.yaml.
+    trained = config_from_checkpoint(state) if state else resolve_config(raw)
+    changed = resume_changes(trained, cfg)
+    if changed:
+        allowed = ", ".join(f.removeprefix("runner.") for f in RESUMABLE_FIELDS)
+        raise UserError(f"--resume {run_dir}: cannot change {'; '.join(changed)}: a resumed run keeps its "
+                        f"learning problem and network; only runner.{{{allowed}}} may change")
+    return _Start(cfg, run_dir, True, state)
+
+
+def _find_run_dir(run: str) -> Path:
+    for d in (Path(run), Path("runs") / run):
+        if (d / "config.yaml").is_file():
+            return d
+    for d in (Path(run), Path("runs") / run):
+        if d.is_dir():
+            raise UserError(f"--resume {run}: {d} holds no config.yaml, so it is not a run folder")
+    raise UserError(f"run {run!r} not found (expected a run folder holding config.yaml)")
+
+
+def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
+    """Create, lock and write the config of a new run folder; returns the lock. On failure nothing is left."""
+    from robo_rl.learn.checkpoint import RunLock
+    from robo_rl.learn.runner import write_config
+
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or type(exc).__name__} "
+                        "(check runner.log_dir and --run-name)") from None
+    lock = None
+    try:
+        lock = RunLock(run_dir)
+        if (run_dir / "config.yaml").exists():  # another process started this run meanwhile
+            raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
+        write_config(run_dir, cfg)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+            if created:  # ours alone: we made it and held its lock
+                shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    return lock
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    start = _train_config(args)
+    from robo_rl.learn.checkpoint import RunLock
+    from robo_rl.learn.runner import make_runner, write_config
+
+    # A live run is refused before anything is built; a failed resume leaves its folder as it was.
+    lock = RunLock(start.run_dir) if start.resuming else None
+    try:
+        runner = make_runner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
+        try:
+            first = runner.resume(start.state) if start.state is not None else 0
+            if start.resuming:
+                write_config(start.run_dir, start.cfg)  # only now that the start has succeeded
+            else:
+                lock = _create_run_dir(start.run_dir, start.cfg)
+            return _train(start, runner, first)
+        finally:
+            runner.close()
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(start: _Start, runner: Any, first: int) -> int:
+    """Train a started run; returns the exit code (1 when training diverged)."""
+    from robo_rl.learn.logger import TrainLogger
+    from robo_rl.learn.runner import TrainingDiverged
+
+    cfg, run_dir = start.cfg, start.run_dir
+    if start.resuming:
+        print(f"resuming {run_dir} at iteration {first}", flush=True)
+        for note in runner.resume_notes:
+            print(f"note: {note}", flush=True)
+    print(
+        f"training {cfg.task} with {cfg.algo_name}: {cfg.sim.num_envs} worlds, "
+        f"{cfg.runner.max_iterations} iterations, run dir {run_dir}",
+        flush=True,
+    )
+    logger = TrainLogger(
+        run_dir,
+        cfg.runner.max_iterations,
+        max_time_s=cfg.runner.max_time_s,
+        purge_step=first if start.resuming else None,
+        print_progress=cfg.runner.progress_bar,
+    )
+    try:
+        last = runner.learn(logger)
+    except TrainingDiverged as exc:
+        print(f"robo-rl: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        logger.close()
+    print(_summary(cfg.task, last, runner.iteration, runner.train_time))
+    if cfg.runner.eval_episodes:
+        print(_eval_line(runner.evaluate(cfg.runner.eval_episodes)))
+    print(f"checkpoints and TensorBoard logs: {run_dir}   (tensorboard --logdir {run_dir.parent})")
+    print(f"evaluate: robo-rl play {run_dir}")
+    return 0
+
+
+def _summary(task: str, scalars: dict[str, float], iteration: int, seconds: float) -> str:
+    parts = [f"done: {task}, {iteration} iterations in {seconds:.0f} s"]
+    if "Train/mean_return" in scalars:
+        parts.append(f"mean return {scalars['Train/mean_return']:.3f}")
+    parts += [f"{k[8:]} {v:.4f}" for k, v in scalars.items() if k.startswith("Metrics/")]
+    return " | ".join(parts)
+
+
+def _eval_line(result: dict[str, Any]) -> str:
+    line = [f"evaluation: {result['episodes']} episodes", f"mean return {result['mean_return']:.3f}"]
+    line += [f"{k} {v:.4f}" for k, v in result["metrics"].items()]
+    return " | ".join(line)
+
+
+# ---------------------------------------------------------------------------------------------- play
+def cmd_play(args: argparse.Namespace) -> int:
+    from robo_rl.learn.evaluation import evaluate_checkpoint
+
+    if not 1 <= args.episodes <= MAX_NUM_ENVS:
+        raise UserError(f"--episodes {args.episodes}: must be 1 .. {MAX_NUM_ENVS} (one world per episode)")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UserError(f"--seed {args.seed}: must be 0 .. {MAX_SEED}")
+    result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video,
+                                 flow_steps=args.flow_steps)
+    print(_eval_line(result))
+    if args.video:
+        print(f"video: {args.video}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- export
+def cmd_export(args: argparse.Namespace) -> int:
+    from robo_rl.export.onnx_export import PARITY_TOLERANCE, export_policy
+
+    try:
+        contract = export_policy(args.run, args.out)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    out = Path(args.out)
+    print(f"exported {out} and {out.with_suffix('.json')} (parity onnxruntime vs torch <= {PARITY_TOLERANCE:g})")
+    print(f"robot {contract.robot}, {contract.obs_dim} observations -> {contract.action_dim} actions "
+          f"({', '.join(contract.action.kinds)}) -> {len(contract.joint_names)} joint targets "
+          f"at {1 / contract.policy_dt:g} Hz")
+    evaluation = contract.extra.get("train_eval")
+    if evaluation:
+        print("in simulation: " + " | ".join(f"{k} {v:.4f}" for k, v in evaluation.items() if k != "episodes"))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- deploy
+def _vector(text: str, flag: str) -> np.ndarray:
+    """Three finite comma-separated numbers (3,); UserError otherwise (NaN and Inf are refused)."""
+    try:
+        values = np.array([float(x) for x in text.split(",")])
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: expected three comma-separated numbers") from None
+    if values.shape != (3,):
+        raise UserError(f"{flag} {text!r}: expected three comma-separated numbers")
+    if not np.all(np.isfinite(values)):
+        raise UserError(f"{flag} {text!r}: non-finite value refused; expected three finite numbers")
+    return values
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM both stop the robot safely, even when the parent started us with SIGINT
+    ignored (background jobs of a non-interactive shell, some launchers)."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    """Deploy: exit 0 after a normal end or Ctrl-C, 1 when the robot stopped on a fault, 2 for bad input.
+
+    Operator commands are parsed and checked (finite, clamped into the trained range with a warning)
+    before anything connects to the robot.
+    """
+    from robo_rl.deploy.session import open_session, run_live
+    from robo_rl.deploy.state_machine import Mode
+
+    wanted = {}
+    if args.velocity:
+        wanted["velocity_command"] = _vector(args.velocity, "--velocity")
+    if args.target:
+        wanted["target_pos"] = _vector(args.target, "--target")
+    for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
+    if args.transport == "dds":
+        return _deploy_dds(args, wanted)
+    dds_only = [flag for flag, given in (("--domain-id", args.domain_id != 0), ("--dry-run", args.dry_run),
+                                         ("--command-interface", args.command_interface is not None),
+                                         ("--reset-module", args.reset_module != "home"),
+                                         ("--reward", bool(args.rewards))) if given]
+    if dds_only:
+        raise UserError(f"{', '.join(dds_only)}: only with --transport dds (got --transport {args.transport})")
+    wrap, holder = None, {}
+    if args.record:
+        from robo_rl.demos.recorder import recording_wrapper
+
+        wrap, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}")
+    try:
+        session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise,
+                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware, wrap_robot=wrap,
+                               realtime_priority=args.realtime_priority)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    rec = holder.get("rec")
+    if rec is not None:
+        rec.gate = lambda: session.controller.mode is Mode.POLICY
+    contract = session.policy.policy.contract
+    commands = session.policy.commands
+    print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
+          f"commands {({k: v.round(3).tolist() for k, v in commands.items()})}; Ctrl-C stops safely", flush=True)
+    _stop_on_signals()
+    stats = run_live(session, args.duration)
+    c = session.controller
+    print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
+          f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
+    if rec is not None:
+        rec.writer.close()  # commits the episode still open
+        r = rec.report()
+        print(f"recorded {r['frames']} frames into {args.record}, dropped {r['dropped']}", flush=True)
+    fault = c.state_machine.fault_reason or ("estop" if c.mode is Mode.ESTOP else None)
+    if fault is not None:
+        detail = f": {c.last_error}" if c.last_error else ""
+        print(f"robo-rl: deploy stopped on fault {fault}{detail}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def _deploy_dds(args: argparse.Namespace, wanted: dict[str, np.ndarray]) -> int:
+    """Deploy over DDS: POLICY only after the operator's `start` (stdin or rt/robo_rl/operator)."""
+    from robo_rl.deploy.dds_session import deploy_exit_code, run_dds_deploy
+    from robo_rl.deploy.hardware import load_hardware
+    from robo_rl.deploy.runtime import RuntimeConfig
+    from robo_rl.deploy.transports.dds import DdsSettings
+
+    try:
+        interface = args.command_interface
+        if interface is None:  # the hardware file's choice, else pd_targets
+            from robo_rl.core.assets import find_asset
+
+            hw = load_hardware(find_asset(args.robot, what="hardware file"),
+                               allow_unsafe=args.allow_unsafe_hardware, warn=lambda line: None)
+            interface = DdsSettings.from_hardware(hw).command_interface
+        config = RuntimeConfig(policy_path=args.policy, hardware_config=args.robot, command_interface=interface,
+                               dry_run=args.dry_run, reset_module=args.reset_module, rewards=tuple(args.rewards),
+                               allow_unsafe_hardware=args.allow_unsafe_hardware,
+                               realtime_priority=args.realtime_priority)
+        _stop_on_signals()
+        runtime = run_dds_deploy(config, domain_id=args.domain_id, duration_s=args.duration, commands=wanted,
+                                 record=args.record)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    c = runtime.controller
+    stats = c.stats()
+    print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
+          f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
+    code, line = deploy_exit_code(runtime)
+    if line:
+        print(f"robo-rl: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+# ---------------------------------------------------------------------------------------------- twin
+def cmd_twin(args: argparse.Namespace) -> int:
+    """Serve the twin until Ctrl-C / SIGTERM / --duration: exit 0; bad input: 2."""
+    from robo_rl.deploy.dds_session import run_twin
+
+    if args.transport != "dds":
+        raise UserError(f"--transport {args.transport!r}: the twin is served over dds only")
+    for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
+        if value is not None and not (np.isfinite(value) and value >= 0):
+            raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
+    _stop_on_signals()
+    try:
+        run_twin(args.robot, domain_id=args.domain_id, rate_hz=args.rate, duration_s=args.duration,
+                 command_interface=args.command_interface, physics_dt=args.physics_dt, latency_s=args.latency,
+                 noise_std=args.noise)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- tasks
+def cmd_tasks(_: argparse.Namespace) -> int:
+    from robo_rl.tasks import TASKS, make_env
+
+    for name in TASKS:
+        env = make_env(name, 1)  # one world: the exact groups and terms of the default config
+        print(f"{name}\n  {env.description}")
+        for line in task_summary(env):
+            print(f"  {line}")
+        env.close()
+    print("gym:<id>\n  any gymnasium env with Box observations and actions, e.g. gym:Hopper-v5 "
+          "(ids: python -c 'import gymnasium; gymnasium.pprint_registry()')")
+    print("mjlab:<id>\n  an mjlab task, e.g. mjlab:Mjlab-Velocity-Flat-Unitree-Go1, in .venv-mjlab (bash "
+          "scripts/setup_mjlab.sh; ids: .venv-mjlab/bin/python -c 'import mjlab.tasks; "
+          "from mjlab.tasks.registry import list_tasks; print(list_tasks())')")
+    print("isaaclab:<id>\n  an Isaac Lab 3 task, e.g. isaaclab:Isaac-Velocity-Flat-Unitree-Go1-v0, in Isaac Lab's "
+          "Python (docs/isaaclab.md)")
+    return 0
+
+
+def task_summary(env) -> list[str]:
+    """Lines describing a built task's observation groups and action terms (for `robo-rl tasks`)."""
+    policy = ", ".join(f"{t.name} {t.dim}" + (f"x{t.history}" if t.history > 1 else "") for t in env.policy_terms)
+    lines = [f"policy obs  {env.obs_dims['policy']:>3}: {policy}"]
+    extra = ", ".join(f"{t.name} {t.dim}" for t in env.critic_extra_terms)
+    lines.append(f"critic obs  {env.obs_dims['critic']:>3}: the policy's terms" + (f" + {extra}" if extra else ""))
+    if env.camera is not None:
+        size = env.cfg.image_size
+        lines.append(f"image obs     : 3x{size}x{size} uint8 from camera {env.camera!r}")
+    if env.instructions:
+        lines.append(f"text obs      : instruction index of {len(env.instructions)} ({env.instructions[0]!r}, ...)")
+    terms = " + ".join(f"{spec.kind} {spec.dim}" for spec in env.action_specs)
+    lines.append(f"actions     {env.action_dim:>3}: {terms}")
+    return lines
+
+
+COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "twin": cmd_twin,
+            "record": cmd_record, "replay": cmd_replay, "dataset": cmd_dataset, "tasks": cmd_tasks}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command in ("train", "play", "export", "record"):
+        from robo_rl.sim import set_training_process_defaults
+
+        set_training_process_defaults()  # before anything imports torch
+    try:
+        return COMMANDS[args.command](args)
+    except (ConfigError, UserError) as exc:
+        print(f"robo-rl: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("robo-rl: interrupted", file=sys.stderr)
+        return 130
+

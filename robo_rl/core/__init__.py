@@ -1,0 +1,1 @@
+"""Config engine, deploy contract, atomic files, asset lookup: numpy only, nothing of ours."""

@@ -1,0 +1,233 @@
+"""Export a trained policy to a self-describing ONNX file.
+
+The graph holds the observation normaliser, the algorithm's deterministic actor (`inference_policy()`:
+PPO's Gaussian mean, SAC's bound * tanh(mean)) and the action post-processing (clip, and the
+stateless joint-space action terms):
+
+    inputs:  obs            (B, O) float32, terms in contract order
+    outputs: actions        (B, A) float32, the clipped policy action (what `last_action` observes)
+             joint_targets  (B, J) float32, contract joint order: default_joint_pos + scale * a for
+                            joint_position_offset terms, offset + scale * a for joint_position terms;
+                            NaN for the joints of terms that need the robot's state (ee_delta: the
+                            measured joints; gripper: the previous target)
+
+The deploy side computes every joint target itself from `actions` and the measured state
+(`robo_rl.deploy.actions`); `joint_targets` serves consumers of joint-space policies that run the
+graph alone (and version-1 readers), and NaN makes a misuse fail safe (the safety filter damps on NaN).
+
+The deploy contract is written into the ONNX `metadata_props` (key `robo_rl.core.contract`) and beside
+the file as `<name>.json`. Before anything is written, onnxruntime and torch are compared on
+observations recorded from the task; on a mismatch nothing is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from robo_rl.core.contract import DeployContract
+from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
+from robo_rl.learn.builders import build_env, load_policy, load_trained
+from robo_rl.learn.checkpoint import atomic_write, check_output_file
+
+OPSET = 18
+PARITY_TOLERANCE = 1e-5
+
+
+STATELESS_KINDS = ("joint_position_offset", "joint_position")
+"""Action kinds whose joint targets the graph computes; the others need the robot's state (NaN in the graph)."""
+
+
+class ExportedPolicy(nn.Module):
+    """Normaliser + actor + action post-processing, as one graph.
+
+    Args:
+        policy: a trained policy module; its `inference_policy()` gives (deterministic actor, normaliser):
+            the Gaussian mean MLP for PPO, bound * tanh(mean) for SAC, the unrolled chain of a flow policy
+            (whose output is the chunk of E actions (B, E, A) it executes when E > 1: outputs gain that axis).
+        contract: the deploy contract (default pose, action scale and clip).
+    """
+
+    def __init__(self, policy: nn.Module, contract: DeployContract):
+        super().__init__()
+        actor, normalizer = policy.inference_policy()
+        self.normalizer = copy.deepcopy(normalizer)
+        self.actor = copy.deepcopy(actor)
+        self.noise_dim = int(getattr(policy, "noise_input_dim", 0))
+        """Size of the second input `noise` (a flow policy's x_0), 0 when the graph takes only `obs`."""
+        self.clip = float(contract.action.clip) if contract.action.clip is not None else None
+        index = {n: i for i, n in enumerate(contract.joint_names)}
+        default = torch.tensor(contract.default_joint_pos, dtype=torch.float32)  # (J,)
+        self.terms: list[tuple[str, slice]] = []  # (kind, action columns); constants are buffers term<i>_*
+        order: list[int] = []
+        start = 0
+        for i, spec in enumerate(contract.action.terms):
+            joints = [index[j] for j in spec.joints]
+            order += joints
+            self.terms.append((spec.kind, slice(start, start + spec.dim)))
+            start += spec.dim
+            if spec.kind == "joint_position_offset":
+                self.register_buffer(f"term{i}_offset", default[joints])
+            elif spec.kind == "joint_position":
+                self.register_buffer(f"term{i}_offset", torch.tensor(spec.params["offset"], dtype=torch.float32))
+            else:
+                self.register_buffer(f"term{i}_nan", torch.full((len(joints),), float("nan")))
+                continue
+            self.register_buffer(f"term{i}_scale", torch.tensor(spec.scale, dtype=torch.float32))
+        # (J,) the terms' targets, concatenated in term order, back into contract joint order
+        self.reorder = None if order == list(range(len(order))) else torch.argsort(torch.tensor(order)).tolist()
+
+    def forward(self, obs: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        obs_n = self.normalizer(obs)
+        actions = self.actor(obs_n, noise) if self.noise_dim else self.actor(obs_n)  # (B, A) or chunks (B, E, A)
+        if self.clip is not None:
+            actions = actions.clamp(-self.clip, self.clip)
+        parts = []
+        for i, (kind, cols) in enumerate(self.terms):
+            if kind in STATELESS_KINDS:
+                parts.append(getattr(self, f"term{i}_offset") + getattr(self, f"term{i}_scale") * actions[..., cols])
+            else:
+                nan = getattr(self, f"term{i}_nan")
+                parts.append(nan.expand(*actions.shape[:-1], nan.shape[0]))
+        targets = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)  # (B, [E,] J) term order
+        if self.reorder is not None:
+            targets = targets[..., self.reorder]
+        return actions, targets  # (B, A), (B, J); chunks (B, E, A), (B, E, J)
+
+
+def onnx_bytes(module: nn.Module, example: Tensor) -> bytes:
+    """Serialise `module` to ONNX (pinned opset, dynamic batch dimension; inputs `obs` and, for a flow policy that
+    samples its x_0, `noise`)."""
+    module.eval()
+    batch = torch.export.Dim("batch")
+    noise_dim = getattr(module, "noise_dim", 0)
+    inputs = (example,) if not noise_dim else (example, torch.zeros(example.shape[0], noise_dim))
+    program = torch.onnx.export(
+        module,
+        inputs,
+        None,
+        input_names=[INPUT_NAME, NOISE_NAME][: len(inputs)],
+        output_names=list(OUTPUT_NAMES),
+        opset_version=OPSET,
+        dynamic_shapes=tuple({0: batch} for _ in inputs),
+        dynamo=True,
+        verbose=False,
+    )
+    return program.model_proto.SerializeToString()
+
+
+def embed_contract(model: bytes, contract: DeployContract) -> bytes:
+    """Add the contract JSON to the model's metadata_props."""
+    import onnx
+
+    proto = onnx.load_from_string(model)
+    del proto.metadata_props[:]
+    entry = proto.metadata_props.add()
+    entry.key, entry.value = CONTRACT_KEY, contract.to_json()
+    proto.producer_name = "robo_rl"
+    return proto.SerializeToString()
+
+
+def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
+    """Max |onnxruntime - torch| over both outputs for observations (B, O) (and, with a `noise` input, standard
+    normal noise); NaN entries must be NaN in both."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feed = {INPUT_NAME: obs.numpy().astype(np.float32)}
+    args: tuple[Tensor, ...] = (obs,)
+    if getattr(module, "noise_dim", 0):
+        noise = torch.randn(obs.shape[0], module.noise_dim, generator=torch.Generator().manual_seed(0))
+        feed[NOISE_NAME], args = noise.numpy(), (obs, noise)
+    got = session.run(list(OUTPUT_NAMES), feed)
+    with torch.no_grad():
+        want = module(*args)
+    errors = []
+    for g, w in zip(got, want, strict=True):
+        w = w.numpy()
+        if g.shape != w.shape or not np.array_equal(np.isnan(g), np.isnan(w)):
+            return float("inf")
+        errors.append(float(np.abs(np.nan_to_num(g) - np.nan_to_num(w)).max()))
+    return max(errors)
+
+
+def record_observations(env: Any, policy: nn.Module, steps: int) -> Tensor:
+    """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
+    from robo_rl.learn.evaluation import rollout
+
+    visited = itertools.islice(rollout(env, policy.act_inference, random_start=True), steps)
+    return torch.cat([step.obs["policy"] for step in visited])
+
+
+def export_policy(
+    run_or_checkpoint: str | Path,
+    out: str | Path,
+    *,
+    parity_envs: int = 32,
+    parity_steps: int = 20,
+    evaluate: bool = True,
+) -> DeployContract:
+    """Export the policy of a run (its latest checkpoint) or of a checkpoint file to `out` (.onnx).
+
+    The contract's `extra["train_eval"]` records the policy's task metrics in simulation (one
+    deterministic episode in each of `parity_envs` worlds), for comparison on the robot.
+    Returns the contract written. Raises ValueError (one line) for bad input or a failed parity
+    check; in both cases no file is left at `out` or beside it.
+    """
+    from robo_rl.learn.evaluation import run_episodes
+
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise ValueError(f"output {str(out)!r} must end in .onnx")
+    check_output_file(out, "--out")
+    check_output_file(out.with_suffix(".json"), "--out (its contract .json)")
+    ckpt_path, state, cfg = load_trained(run_or_checkpoint)
+    env = build_env(cfg, num_envs=parity_envs, seed=cfg.seed + 777)
+    try:
+        contract = env.contract  # first: a task without a contract (gym:<id>) is refused before any rollout
+        policy = load_policy(state, cfg, env)
+        obs = record_observations(env, policy, parity_steps)  # (B, O)
+        # one deterministic episode per world: the task metric in training, recorded in the contract
+        evaluation = run_episodes(env, policy.act_inference) if evaluate else None
+        contract = contract.with_run(
+            run_id=ckpt_path.parent.name,
+            config_hash=state["config_hash"],
+            obs_normalization=not isinstance(policy.inference_policy()[1], nn.Identity),
+        )
+    finally:
+        env.close()
+    if evaluation is not None:
+        extra = dict(contract.extra)
+        extra["train_eval"] = {"episodes": evaluation["episodes"], "mean_return": evaluation["mean_return"],
+                               **evaluation["metrics"]}
+        extra["task"] = cfg.task
+        extra["iteration"] = int(state["iteration"])
+        contract = dataclasses.replace(contract, extra=extra)
+    if hasattr(policy, "deploy_extra"):  # what the graph computes beyond an MLP (a flow policy's chain)
+        contract = dataclasses.replace(contract, extra={**contract.extra, **policy.deploy_extra()})
+    chunk = int(getattr(policy, "execute_steps", 1))  # actions per inference, run open-loop on the robot
+    if chunk != contract.action.chunk:
+        contract = dataclasses.replace(contract, action=dataclasses.replace(contract.action, chunk=chunk))
+
+    module = ExportedPolicy(policy, contract)
+    model = embed_contract(onnx_bytes(module, obs[:4]), contract)
+    error = parity_error(model, module, obs)
+    if not error <= PARITY_TOLERANCE:
+        raise ValueError(f"parity check failed: onnxruntime and torch differ by {error:.2e} (> {PARITY_TOLERANCE})")
+
+    json_path = out.with_suffix(".json")
+    atomic_write(json_path, lambda tmp: Path(tmp).write_text(contract.to_json()))
+    try:
+        atomic_write(out, lambda tmp: Path(tmp).write_bytes(model))
+    except BaseException:
+        json_path.unlink(missing_ok=True)
+        raise
+    return contract
+

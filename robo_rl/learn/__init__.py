@@ -1,0 +1,1 @@
+"""Training: algorithms, networks, runner, storage, checkpoints, logging, evaluation."""

@@ -1,0 +1,294 @@
+"""Flow-matching policies: a velocity network over action chunks, K-step Euler sampling, and ReinFlow's noise net.
+
+Conventions (rectified flow): t runs from 0 (noise) to 1 (action); x_t = (1 - t) x_0 + t x_1 with
+x_0 ~ N(0, I) and x_1 the demonstrated action chunk, flattened to D = H * A values; the network predicts the
+velocity v = x_1 - x_0. Sampling integrates x_{k+1} = x_k + v(x_k, t_k, s) / K from x_0, t_k = k / K.
+The policy integrates the ODE from x_0 ~ N(0, I) (`initial_noise: sample`, the default: the exported graph then
+takes x_0 as a second input, `noise`, which the robot side draws) or from x_0 = 0 (`zeros`: fully deterministic;
+for a multimodal policy x_0 = 0 can land between the modes, e.g. between opening and closing a gripper).
+
+The shortcut-model variant (Frans et al., 2024) also conditions on the step size d, and is trained so that
+one step of size 2d equals two steps of size d, which makes 1-4 sampling steps accurate.
+
+ReinFlow turns the chain stochastic, x_{k+1} ~ N(x_k + v/K, σ_φ(s, t_k)²), whose exact log-likelihood
+(`chain_log_prob`) PPO fine-tunes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from robo_rl.learn.networks.actor_critic import _LOG_SQRT_2PI, _normalizer, mlp
+
+
+def time_embedding(t: Tensor, dim: int) -> Tensor:
+    """Sinusoidal features of times t (B,) in [0, 1] -> (B, dim): sin and cos at geometric angular frequencies
+    1..100 rad per unit of t (periods from 6.3 down to 0.06: smooth in t, yet fine enough for 1/64 steps)."""
+    half = dim // 2
+    freqs = torch.exp(torch.linspace(0.0, math.log(100.0), half, device=t.device, dtype=t.dtype))  # (half,)
+    angles = t[:, None] * freqs[None, :]  # (B, half)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+
+
+class VelocityNet(nn.Module):
+    """v(x_t, t, obs[, d]): an MLP on [normalised obs, x_t, time features (and step-size features)].
+
+    Args:
+        obs_dim: O, the (normalised) observation size.
+        flat_dim: D = H * A, the flattened action chunk.
+        hidden_dims, activation: the MLP.
+        time_dim: size of each sinusoidal embedding.
+        shortcut: also condition on the step size d (shortcut model).
+    """
+
+    def __init__(self, obs_dim: int, flat_dim: int, hidden_dims: tuple[int, ...], activation: str,
+                 time_dim: int, shortcut: bool):
+        super().__init__()
+        self.time_dim, self.shortcut = time_dim, shortcut
+        in_dim = obs_dim + flat_dim + time_dim * (2 if shortcut else 1)
+        self.net = mlp(in_dim, hidden_dims, flat_dim, activation)
+
+    def forward(self, x: Tensor, t: Tensor, obs: Tensor, d: Tensor | None = None) -> Tensor:
+        """x (B, D), t (B,), obs (B, O), d (B,) for a shortcut model -> velocity (B, D)."""
+        parts = [obs, x, time_embedding(t, self.time_dim)]
+        if self.shortcut:
+            parts.append(time_embedding(d if d is not None else torch.zeros_like(t), self.time_dim))
+        return self.net(torch.cat(parts, dim=-1))
+
+
+def euler_sample(velocity: VelocityNet, obs: Tensor, x0: Tensor, num_steps: int, *,
+                 clip: float | None = None) -> Tensor:
+    """Deterministic K-step Euler integration from x0 (B, D) at t = 0 to t = 1 -> (B, D).
+
+    A shortcut model is told the step size 1/K. `clip` bounds every intermediate and the final sample.
+    """
+    x, dt = x0, 1.0 / num_steps
+    d = torch.full((x0.shape[0],), dt, device=x0.device, dtype=x0.dtype) if velocity.shortcut else None
+    for k in range(num_steps):
+        t = torch.full((x0.shape[0],), k * dt, device=x0.device, dtype=x0.dtype)
+        x = x + dt * velocity(x, t, obs, d)
+        if clip is not None:
+            x = x.clamp(-clip, clip)
+    return x
+
+
+def diagonal_normal_log_prob(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """log N(x; mean, diag(std²)) summed over the last dim: (..., D) -> (...)."""
+    z = (x - mean) / std
+    return -(0.5 * z.square() + torch.log(std) + _LOG_SQRT_2PI).sum(-1)
+
+
+def chain_log_prob(chain: Tensor, means: Tensor, stds: Tensor) -> Tensor:
+    """Exact log-likelihood of a stochastic denoising chain (ReinFlow):
+
+        log N(x_0; 0, I) + sum_k log N(x_{k+1}; mean_k, diag(std_k²))
+
+    Args:
+        chain: (B, K + 1, D) the samples x_0 ... x_K.
+        means: (B, K, D) mean_k = x_k + v(x_k, t_k, s) / K.
+        stds: (B, K, D) the noise std at each step.
+
+    Returns:
+        (B,) the log-probability of the chain (the final action's likelihood is its marginal over the
+        chain; ReinFlow optimises this joint instead).
+    """
+    x0 = chain[:, 0]
+    prior = diagonal_normal_log_prob(x0, torch.zeros_like(x0), torch.ones_like(x0))  # (B,)
+    steps = diagonal_normal_log_prob(chain[:, 1:], means, stds)  # (B, K)
+    return prior + steps.sum(-1)
+
+
+NOISE_CLIP = 3.0
+"""ReinFlow's per-step noise is clipped to +-NOISE_CLIP standard deviations."""
+
+
+def noisy_chain(velocity: VelocityNet, noise_net: NoiseNet, obs: Tensor, x0: Tensor, eps: Tensor,
+                clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
+    """ReinFlow's stochastic K-step chain from given draws: (chain (B, K + 1, D), means (B, K, D), stds (B, K, D)).
+
+    x0 (B, D) and eps (B, K, D) are standard normal draws; x̃_{k+1} = mean_k + std_k * clip(eps_k, ±3) is stored,
+    mean_k = c(x̃_k) + v(c(x̃_k), t_k) / K with c the clamp to `clip` (not applied to x_0), std_k = σ_φ(s, t_k).
+    The action chunk is c(x̃_K); with eps = 0 it is `euler_sample`'s.
+    """
+    b, k = x0.shape[0], eps.shape[1]
+    step = torch.full((b,), 1.0 / k, device=x0.device, dtype=x0.dtype) if velocity.shortcut else None
+    x, chain, means, stds = x0, [x0], [], []
+    for i in range(k):
+        t = torch.full((b,), i / k, device=x0.device, dtype=x0.dtype)
+        inp = x if i == 0 or clip is None else x.clamp(-clip, clip)
+        mean = inp + velocity(inp, t, obs, step) / k
+        std = noise_net(t, obs)
+        x = mean + std * eps[:, i].clamp(-NOISE_CLIP, NOISE_CLIP)
+        chain.append(x)
+        means.append(mean)
+        stds.append(std)
+    return torch.stack(chain, 1), torch.stack(means, 1), torch.stack(stds, 1)
+
+
+class NoiseNet(nn.Module):
+    """σ_φ(obs, t_k): a per-dimension std in [σ_min, σ_max] (tanh-squashed log-std).
+
+    Args:
+        obs_dim, flat_dim: O and D.
+        hidden_dims, activation, time_dim: the MLP and its time features.
+        sigma_min, sigma_max: the std bounds; `max_sigma` may later be lowered (a schedule) down to sigma_min.
+    """
+
+    def __init__(self, obs_dim: int, flat_dim: int, hidden_dims: tuple[int, ...], activation: str, time_dim: int,
+                 sigma_min: float, sigma_max: float):
+        super().__init__()
+        if not 0.0 < sigma_min <= sigma_max:
+            raise ValueError(f"noise std bounds [{sigma_min}, {sigma_max}]: need 0 < sigma_min <= sigma_max")
+        self.time_dim = time_dim
+        self.sigma_min = sigma_min
+        self.register_buffer("max_sigma", torch.tensor(float(sigma_max)))
+        self.net = mlp(obs_dim + time_dim, hidden_dims, flat_dim, activation)
+
+    def forward(self, t: Tensor, obs: Tensor) -> Tensor:
+        """t (B,), obs (B, O) -> std (B, D) in [sigma_min, max_sigma]."""
+        raw = self.net(torch.cat([obs, time_embedding(t, self.time_dim)], dim=-1))
+        lo, hi = math.log(self.sigma_min), torch.log(self.max_sigma)
+        return torch.exp(lo + (hi - lo) * 0.5 * (torch.tanh(raw) + 1.0))
+
+
+class DeterministicFlowActor(nn.Module):
+    """(normalised obs (B, O), noise or None) -> the executed actions: K Euler steps, deterministic given the noise.
+
+    The first action (B, A) of the chunk, or its first E actions (B, E, A) for a policy that executes E > 1
+    open-loop. `noise` is x_0 (B, D) (None: zeros), or with `step_noise` x_0 and the K steps' standard normal
+    draws (B, (K + 1) D): ReinFlow's stochastic chain (`noisy_chain`) with the policy's noise net. What
+    `inference_policy()` returns and export turns into ONNX (the K steps unrolled in the graph).
+    """
+
+    def __init__(self, velocity: VelocityNet, noise_net: NoiseNet, horizon: int, action_dim: int, num_steps: int,
+                 clip: float | None, execute_steps: int = 1, step_noise: bool = False):
+        super().__init__()
+        self.velocity, self.noise_net, self.horizon, self.action_dim = velocity, noise_net, horizon, action_dim
+        self.num_steps, self.clip, self.execute_steps, self.step_noise = num_steps, clip, execute_steps, step_noise
+
+    def chunk(self, obs_n: Tensor, noise: Tensor | None = None) -> Tensor:
+        """The action chunk (B, H, A) for normalised observations (B, O) and the noise (see the class)."""
+        d = self.horizon * self.action_dim
+        if noise is None:
+            noise = torch.zeros(obs_n.shape[0], d, device=obs_n.device, dtype=obs_n.dtype)
+        if not self.step_noise:
+            x = euler_sample(self.velocity, obs_n, noise, self.num_steps, clip=self.clip)
+        else:
+            eps = noise[:, d:].reshape(-1, self.num_steps, d)
+            x = noisy_chain(self.velocity, self.noise_net, obs_n, noise[:, :d], eps, self.clip)[0][:, -1]
+            x = x if self.clip is None else x.clamp(-self.clip, self.clip)
+        return x.reshape(-1, self.horizon, self.action_dim)
+
+    def forward(self, obs_n: Tensor, noise: Tensor | None = None) -> Tensor:
+        chunk = self.chunk(obs_n, noise)
+        return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
+
+    def noise_width(self, initial_noise: str) -> int:
+        """Size of `noise` the chain takes: (K + 1) D with step noise, D when it samples x_0, else 0."""
+        d = self.horizon * self.action_dim
+        return d * (self.num_steps + 1) if self.step_noise else d if initial_noise == "sample" else 0
+
+
+def _alias_actor_noise(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """Load checkpoints written before the actor held the noise net: its entries are the policy's `noise.*`."""
+    for key in [k for k in state_dict if k.startswith(prefix + "noise.")]:
+        state_dict.setdefault(f"{prefix}actor.noise_net.{key[len(prefix) + len('noise.'):]}", state_dict[key])
+
+
+class FlowPolicy(nn.Module):
+    """A flow-matching policy over action chunks, with ReinFlow's noise net and a value critic.
+
+    Args:
+        obs_dim, critic_obs_dim, action_dim: O, O_c, A.
+        cfg: a FlowPolicyConfig (robo_rl.learn.algorithms.bc): horizon H, num_steps K, variant, network sizes, σ bounds.
+        action_clip: the task's action clip (bounds every sample), or None.
+    """
+
+    def __init__(self, obs_dim: int, critic_obs_dim: int, action_dim: int, cfg, action_clip: float | None):
+        super().__init__()
+        self.config = cfg
+        self.obs_dim, self.critic_obs_dim = obs_dim, critic_obs_dim
+        self.horizon, self.action_dim, self.num_steps = cfg.horizon, action_dim, cfg.num_steps
+        self.execute_steps = cfg.execute_steps
+        """E: actions of each chunk executed open-loop (`act_inference` returns (N, E, A) when E > 1)."""
+        self.flat_dim = cfg.horizon * action_dim
+        self.action_clip = action_clip
+        self.velocity = VelocityNet(obs_dim, self.flat_dim, cfg.hidden_dims, cfg.activation, cfg.time_dim,
+                                    shortcut=cfg.variant == "shortcut")
+        self.noise = NoiseNet(obs_dim, self.flat_dim, cfg.noise_hidden_dims, cfg.activation, cfg.time_dim,
+                              cfg.sigma_min, cfg.sigma_max)
+        self.critic = mlp(critic_obs_dim, cfg.critic_hidden_dims, 1, cfg.activation)
+        self.obs_normalizer = _normalizer(obs_dim, cfg)
+        self.critic_obs_normalizer = _normalizer(critic_obs_dim, cfg)
+        self.actor = DeterministicFlowActor(self.velocity, self.noise, cfg.horizon, action_dim, cfg.num_steps,
+                                            action_clip, cfg.execute_steps, cfg.step_noise)
+        self._eval_generator = torch.Generator().manual_seed(0)  # x_0 of act_inference (not saved: evaluation only)
+        self.register_load_state_dict_pre_hook(_alias_actor_noise)
+
+    @property
+    def noise_input_dim(self) -> int:
+        """Size of the exported graph's `noise` input: x_0 (D), x_0 and every step's draw ((K + 1) D) with step noise,
+        or 0 when the chain integrates from zeros."""
+        return self.actor.noise_width(self.config.initial_noise)
+
+    def act_inference(self, obs: Tensor) -> Tensor:
+        """The executed actions for raw observations (N, O), from x_0 ~ N(0, I) or zeros (see config): the first
+        action (N, A), or the first E (N, E, A) of a policy that executes chunks."""
+        noise = None
+        if self.noise_input_dim:
+            noise = torch.randn(obs.shape[0], self.noise_input_dim, generator=self._eval_generator).to(obs.device)
+        return self.actor(self.obs_normalizer(obs), noise)
+
+    def inference_policy(self) -> tuple[nn.Module, nn.Module]:
+        return self.actor, self.obs_normalizer
+
+    def deploy_extra(self) -> dict:
+        """What the deploy contract records of the exported chain (`extra["flow"]`)."""
+        return {"flow": {"num_steps": self.num_steps, "horizon": self.horizon, "variant": self.config.variant,
+                         "initial_noise": self.config.initial_noise, "step_noise": self.actor.step_noise,
+                         "noise_input_dim": self.noise_input_dim,
+                         "execute_steps": self.execute_steps}}
+
+    def value(self, critic_obs: Tensor) -> Tensor:
+        """V(s) (N,) for raw critic observations (N, O_c)."""
+        return self.critic(self.critic_obs_normalizer(critic_obs)).squeeze(-1)
+
+    def sample(self, obs: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
+        """Deterministic chunks (N, H, A) from given initial noise x0 (N, D) (multimodal samples when x0 ~ N(0, I))."""
+        x = euler_sample(self.velocity, self.obs_normalizer(obs), x0, num_steps or self.num_steps,
+                         clip=self.action_clip)
+        return x.reshape(-1, self.horizon, self.action_dim)
+
+    def flow_matching_loss(self, obs_n: Tensor, x1: Tensor, generator: torch.Generator,
+                           shortcut_fraction: float = 0.25, min_step: float = 1.0 / 128) -> Tensor:
+        """Behaviour-cloning loss on normalised observations (B, O) and flat action chunks (B, D).
+
+        Rectified flow: || v(x_t, t) - (x_1 - x_0) ||² at uniform t. Shortcut model: the same at step size
+        d = 0 (the instantaneous velocity) for most of the batch, and, for `shortcut_fraction` of it, the
+        self-consistency target s(x_t, t, 2d) = (s(x_t, t, d) + s(x_t + d s(x_t, t, d), t + d, d)) / 2 with
+        d a random power of two >= min_step (targets without gradient).
+        """
+        b, dev = x1.shape[0], x1.device
+        x0 = torch.randn(x1.shape, generator=generator, device=generator.device).to(dev)
+        t = torch.rand(b, generator=generator, device=generator.device).to(dev)
+        if not self.velocity.shortcut:
+            xt = (1 - t[:, None]) * x0 + t[:, None] * x1
+            return (self.velocity(xt, t, obs_n) - (x1 - x0)).square().mean()
+        n_sc = int(round(b * shortcut_fraction))
+        levels = int(round(-math.log2(min_step)))  # d = 2^-j, j = 1..levels (so 2d <= 1)
+        j = torch.randint(1, levels + 1, (n_sc,), generator=generator, device=generator.device).to(dev)
+        d = torch.pow(2.0, -j.to(x1.dtype))  # (n_sc,)
+        t_sc = torch.floor(t[:n_sc] * (1.0 / (2 * d))) * (2 * d)  # on the 2d grid, so t + 2d <= 1
+        t_all = torch.cat([t_sc, t[n_sc:]])
+        xt = (1 - t_all[:, None]) * x0 + t_all[:, None] * x1
+        d_all = torch.cat([2 * d, torch.zeros(b - n_sc, device=dev, dtype=x1.dtype)])
+        with torch.no_grad():
+            o, x = obs_n[:n_sc], xt[:n_sc]
+            s1 = self.velocity(x, t_sc, o, d)
+            s2 = self.velocity(x + d[:, None] * s1, t_sc + d, o, d)
+            target_sc = 0.5 * (s1 + s2)
+        target = torch.cat([target_sc, (x1 - x0)[n_sc:]])
+        return (self.velocity(xt, t_all, obs_n, d_all) - target).square().mean()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from robo_rl import assets
+from robo_rl.core import assets
 from tests.conftest import REPO
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl import export as export_mod
 from robo_rl.core.config import resolve_train_config
 from robo_rl.deploy.policy import OnnxPolicy
+from robo_rl.export import onnx_export as export_mod
 from robo_rl.learn.runner import OnPolicyRunner
 from robo_rl.tasks import task_config_class
 

@@ -107,8 +107,8 @@ def test_policy_config_reaches_the_normalisers():
 
 
 def test_exported_policy_bakes_in_the_observation_clip(tmp_path):
-    from robo_rl import export as export_mod
     from robo_rl.deploy.policy import OnnxPolicy
+    from robo_rl.export import onnx_export as export_mod
     from robo_rl.learn.runner import OnPolicyRunner
     from robo_rl.tasks import task_config_class
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl import algos, cli
+from robo_rl.cli import main as cli
 from robo_rl.core.config import ConfigError, PPOConfig, resolve_train_config
+from robo_rl.learn import algorithms as algos
 from robo_rl.learn.algorithms import algorithm_configs, register_algorithm
 from robo_rl.learn.builders import resolve_config
 from robo_rl.learn.checkpoint import load_checkpoint, load_run_checkpoint
@@ -225,8 +226,8 @@ def test_replay_over_the_size_cap_is_not_saved(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- export
 def test_exported_sac_policy_is_the_scaled_tanh_mean_with_the_tasks_contract(tmp_path):
-    from robo_rl import export as export_mod
     from robo_rl.deploy.policy import OnnxPolicy
+    from robo_rl.export import onnx_export as export_mod
     from robo_rl.learn.builders import build_env, load_policy, load_trained
 
     cfg = resolve_config({"task": "arm-reach", "algo_name": "sac"},

@@ -87,7 +87,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
-    from robo_rl.demos.dataset import DatasetReader
+    from robo_rl.demos.dataset_reader import DatasetReader
 
     if args.dataset_command in ("to-rosbag", "from-rosbag"):
         from robo_rl.demos import rosbag

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetWriter, camera, vector
+from robo_rl.demos.dataset_metadata import camera, vector
+from robo_rl.demos.dataset_writer import DatasetWriter
 
 Camera = Callable[[], np.ndarray]
 

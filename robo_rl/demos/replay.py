@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetError, DatasetReader
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.errors import DatasetError
 
 
 class ReplayPolicy:

@@ -81,14 +81,10 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import (
-    DEFAULT_FEATURES,
-    NUMERIC_DTYPES,
-    DatasetError,
-    DatasetReader,
-    DatasetWriter,
-    camera,
-)
+from robo_rl.demos.dataset_metadata import DEFAULT_FEATURES, NUMERIC_DTYPES, camera
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.dataset_writer import DatasetWriter
+from robo_rl.demos.errors import DatasetError
 from robo_rl.deploy import ros_interface as ri
 from robo_rl.deploy import ros_messages as rm
 

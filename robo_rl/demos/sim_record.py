@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from robo_rl.demos.dataset import DatasetWriter, camera, scalar, vector
+from robo_rl.demos.dataset_metadata import camera, scalar, vector
+from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.tasks import make_env
 from robo_rl.tasks.base import single_torch_thread
 from robo_rl.tasks.experts import EXPERTS

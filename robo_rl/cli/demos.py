@@ -111,8 +111,8 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             print(f"{key:<32} mean {fmt('mean')} std {fmt('std')} min {fmt('min')} max {fmt('max')}")
         return 0
     if args.dataset_command == "video" and args.render:
+        from robo_rl.demos.mp4_writer import write_mp4
         from robo_rl.demos.replay import render_episode
-        from robo_rl.learn.policy_video import write_mp4
 
         try:
             frames, fps = render_episode(args.path, args.episode, args.render, camera=args.camera or "track")
@@ -122,7 +122,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         print(f"{args.out}: episode {args.episode} re-rendered on the twin, {len(frames)} frames at {fps:g} fps")
         return 0
     if args.dataset_command == "video":
-        from robo_rl.learn.policy_video import write_mp4
+        from robo_rl.demos.mp4_writer import write_mp4
 
         key = args.camera or (reader.video_keys[0] if reader.video_keys else None)
         if key not in reader.video_keys:

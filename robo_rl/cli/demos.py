@@ -104,7 +104,7 @@ def _record_teleop(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from robo_rl.demos.replay import replay_episode
+    from robo_rl.demos.replay import replay_episode  # pyarrow, PyAV (the demos extra)
 
     def confirm() -> bool:
         print("holding the episode's first pose: type start + Enter to replay (anything else stops)", flush=True)
@@ -124,10 +124,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
-    from robo_rl.demos.dataset_reader import DatasetReader
+    from robo_rl.demos.dataset_reader import DatasetReader  # pyarrow, PyAV (the demos extra), as below
+    from robo_rl.demos.mp4_writer import write_mp4
 
     if args.dataset_command in ("to-rosbag", "from-rosbag"):
-        from robo_rl.demos import rosbag
+        from robo_rl.demos import rosbag  # rosbags (optional)
 
         try:
             if args.dataset_command == "to-rosbag":
@@ -146,8 +147,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             print(f"{key:<32} mean {fmt('mean')} std {fmt('std')} min {fmt('min')} max {fmt('max')}")
         return 0
     if args.dataset_command == "video" and args.render:
-        from robo_rl.demos.mp4_writer import write_mp4
-        from robo_rl.demos.replay import render_episode
+        from robo_rl.demos.replay import render_episode  # the render itself needs mujoco (the train extra)
 
         try:
             frames, fps = render_episode(args.path, args.episode, args.render, camera=args.camera or "track")
@@ -157,8 +157,6 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         print(f"{args.out}: episode {args.episode} re-rendered on the twin, {len(frames)} frames at {fps:g} fps")
         return 0
     if args.dataset_command == "video":
-        from robo_rl.demos.mp4_writer import write_mp4
-
         key = args.camera or (reader.video_keys[0] if reader.video_keys else None)
         if key not in reader.video_keys:
             raise UserError(f"dataset video: {args.path} has no camera {key!r}; cameras: "

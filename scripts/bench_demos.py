@@ -27,7 +27,8 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 from bench_deploy import start_loop  # noqa: E402  (scripts/, next to this file)
 
-from robo_rl.demos.dataset import DatasetReader, DatasetWriter  # noqa: E402
+from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
+from robo_rl.demos.dataset_writer import DatasetWriter  # noqa: E402
 from robo_rl.demos.recorder import RecordingRobot, SimCameras, robot_features  # noqa: E402
 from robo_rl.deploy.session import open_session  # noqa: E402
 

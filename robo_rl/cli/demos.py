@@ -1,10 +1,19 @@
-"""The demonstration commands of the `robo-rl` CLI: record, replay, dataset (arguments in cli/main.py)."""
+"""The demonstration commands of the `robo-rl` CLI: record, replay, dataset (arguments in cli/main.py).
+
+cli/main imports this module for every command, also on a robot where only numpy (and onnxruntime) is
+installed, so each command imports what it needs when it runs: pyarrow and PyAV (the `demos` extra), torch
+and mujoco (the `train` extra).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +30,6 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
     if args.teleop:
         return _record_teleop(args)
-    from robo_rl.demos.sim_record import record_expert
-
     started = time.monotonic()
 
     def progress(n: int) -> None:
@@ -31,9 +38,7 @@ def cmd_record(args: argparse.Namespace) -> int:
             print(f"recorded {n}/{args.episodes} episodes ({time.monotonic() - started:.0f} s)", end=end, flush=True)
 
     try:
-        summary = record_expert(args.task, args.episodes, args.out, num_envs=args.num_envs, cameras=args.cameras,
-                                image_size=args.image_size, seed=args.seed, action_noise=args.noise,
-                                teacher=args.teacher, progress=progress)
+        summary = _record_teacher(args, progress) if args.teacher else _record_expert(args, progress)
     except ValueError as exc:
         raise UserError(f"record: {exc}") from None
     rate = summary["success_rate"]  # NaN for a task without a success metric (locomotion)
@@ -43,9 +48,41 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record_expert(args: argparse.Namespace, progress: Callable[[int], None]) -> dict[str, Any]:
+    """record --task T --expert: the task's scripted expert."""
+    from robo_rl.demos.sim_record import record_expert  # the train extra (torch, mujoco)
+
+    return record_expert(args.task, args.episodes, args.out, num_envs=args.num_envs, cameras=args.cameras,
+                         image_size=args.image_size, seed=args.seed, action_noise=args.noise, progress=progress)
+
+
+def _record_teacher(args: argparse.Namespace, progress: Callable[[int], None]) -> dict[str, Any]:
+    """record --task T --teacher RUN: the run's deterministic policy, in the task config it was trained with;
+    ValueError (one line) if the run is of another task or runs action chunks."""
+    import torch  # the train extra (torch, mujoco), as the imports below
+
+    from robo_rl.demos.sim_record import PolicyActor, record_demos
+    from robo_rl.learn.builders import load_policy, load_trained
+    from robo_rl.tasks import make_env
+
+    _, state, cfg = load_trained(args.teacher)
+    if cfg.task != args.task:
+        raise ValueError(f"--teacher {args.teacher}: the run was trained on {cfg.task!r}, not {args.task!r}")
+    if getattr(cfg.policy, "execute_steps", 1) > 1:
+        raise ValueError(f"--teacher {args.teacher}: its policy executes action chunks; record from a one-step policy")
+    env = make_env(args.task, min(args.num_envs, args.episodes), cfg=cfg.env, seed=args.seed)
+    try:
+        with torch.no_grad():
+            policy = load_policy(state, cfg, env)
+        return record_demos(env, PolicyActor(policy.act_inference), args.episodes, args.out, task=args.task,
+                            source=f"teacher policy {Path(args.teacher).name}", cameras=args.cameras,
+                            image_size=args.image_size, seed=args.seed, action_noise=args.noise, progress=progress)
+    finally:
+        env.close()
+
+
 def _record_teleop(args: argparse.Namespace) -> int:
-    from robo_rl.demos.recorder import record_teleop
-    from robo_rl.demos.teleop import DEVICES
+    from robo_rl.demos.teleop import DEVICES, record_teleop  # pyarrow, PyAV (the demos extra)
 
     try:
         device = DEVICES[args.teleop]()
@@ -67,7 +104,7 @@ def _record_teleop(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from robo_rl.demos.replay import replay_episode
+    from robo_rl.demos.replay import replay_episode  # pyarrow, PyAV (the demos extra)
 
     def confirm() -> bool:
         print("holding the episode's first pose: type start + Enter to replay (anything else stops)", flush=True)
@@ -87,10 +124,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_dataset(args: argparse.Namespace) -> int:
-    from robo_rl.demos.dataset import DatasetReader
+    from robo_rl.demos.dataset_reader import DatasetReader  # pyarrow, PyAV (the demos extra), as below
+    from robo_rl.demos.mp4_writer import write_mp4
 
     if args.dataset_command in ("to-rosbag", "from-rosbag"):
-        from robo_rl.demos import rosbag
+        from robo_rl.demos import rosbag  # rosbags (optional)
 
         try:
             if args.dataset_command == "to-rosbag":
@@ -102,8 +140,6 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         return 0
     reader = DatasetReader(args.path)
     if args.dataset_command == "stats":
-        import json
-
         stats = json.loads((reader.root / "meta" / "stats.json").read_text())
         for key, st in stats.items():
             def fmt(name: str, st: dict = st) -> str:
@@ -111,8 +147,7 @@ def cmd_dataset(args: argparse.Namespace) -> int:
             print(f"{key:<32} mean {fmt('mean')} std {fmt('std')} min {fmt('min')} max {fmt('max')}")
         return 0
     if args.dataset_command == "video" and args.render:
-        from robo_rl.demos.replay import render_episode
-        from robo_rl.learn.policy_video import write_mp4
+        from robo_rl.demos.replay import render_episode  # the render itself needs mujoco (the train extra)
 
         try:
             frames, fps = render_episode(args.path, args.episode, args.render, camera=args.camera or "track")
@@ -122,8 +157,6 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         print(f"{args.out}: episode {args.episode} re-rendered on the twin, {len(frames)} frames at {fps:g} fps")
         return 0
     if args.dataset_command == "video":
-        from robo_rl.learn.policy_video import write_mp4
-
         key = args.camera or (reader.video_keys[0] if reader.video_keys else None)
         if key not in reader.video_keys:
             raise UserError(f"dataset video: {args.path} has no camera {key!r}; cameras: "

@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetWriter, camera, vector
+from robo_rl.demos.dataset_metadata import camera, vector
+from robo_rl.demos.dataset_writer import DatasetWriter
 
 Camera = Callable[[], np.ndarray]
 
@@ -92,6 +93,11 @@ class RecordingRobot:
         self._t0 = now if self._t0 is None else self._t0
         self._t_last = now
 
+    @property
+    def episode_open(self) -> bool:
+        """Frames were recorded since the last `end_episode` (an episode is open)."""
+        return self._open
+
     def start(self) -> None:
         self.recording = True
 
@@ -123,9 +129,9 @@ class SimCameras:
     """
 
     def __init__(self, robot: Any, names: list[str], height: int, width: int, rate_hz: float):
-        import mujoco
+        import mujoco  # the twin's: the train extra (mujoco, torch), not installed on a robot
 
-        from robo_rl.sim.render import RenderSettings, render_model
+        from robo_rl.sim.render import RenderSettings, render_model  # mujoco, torch (the train extra)
 
         for name in names:
             if mujoco.mj_name2id(robot.model, mujoco.mjtObj.mjOBJ_CAMERA, name) < 0:
@@ -182,7 +188,7 @@ class LatestFrameCamera:
     """An OpenCV camera read on its own thread; calling it returns the newest frame (RGB) at once."""
 
     def __init__(self, source: int | str, height: int, width: int):
-        import cv2
+        import cv2  # opencv-python-headless (the demos extra)
 
         self._cv2 = cv2
         self._cap = cv2.VideoCapture(source)
@@ -225,70 +231,3 @@ def recording_wrapper(root: str | Path, *, task: str) -> tuple[Callable[[Any], R
         return holder["rec"]
 
     return wrap, holder
-
-
-def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str = "teleoperation",
-                  cameras: tuple[str, ...] = (), image_size: int = 96, max_speed: float = 0.1,
-                  realtime: bool = True, max_ticks: int | None = None, ee_site: str = "ee",
-                  status: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Teleoperate the twin of `hardware` (end-effector velocity from `read`) and record every tick into `out`.
-
-    RAMP and READY run first; POLICY (teleoperation) starts once READY. An input with `end_episode`
-    closes the episode, `quit` (or `max_ticks` ticks of POLICY) ends the session. Returns the recorder's
-    report plus "episodes". Every command goes through the deploy core's safety filter.
-    """
-
-    from robo_rl.demos.replay import paced_ticks
-    from robo_rl.demos.teleop import EeTeleopPolicy
-    from robo_rl.deploy.controller import Controller
-    from robo_rl.deploy.hardware import load_hardware
-    from robo_rl.deploy.session import make_robot
-    from robo_rl.deploy.state_machine import Mode
-    from robo_rl.tasks.kinematics import serial_chain
-
-    hw = load_hardware(hardware)
-    dt = 1.0 / hw.control_rate_hz
-    robot = make_robot("sim", hw, dt, realtime=realtime)
-    chain = serial_chain(robot.model, ee_site)
-    fingers = [n for n in hw.joint_names if n.startswith("finger")]
-    gripper = None
-    if fingers:
-        i = hw.joint_names.index(fingers[0])
-        gripper = (fingers[0], float(hw.joint_upper[i]), float(hw.joint_lower[i]))
-    sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz) if cameras else None
-    writer = DatasetWriter(out, fps=hw.control_rate_hz, features=robot_features(
-        hw.joint_names, {c: (image_size, image_size) for c in cameras}, hw.control_rate_hz), robot_type=hw.robot)
-    rec = RecordingRobot(robot, writer, task=task, recording=False,
-                         cameras={c: sim.camera(c) for c in cameras} if sim else None)
-    policy = EeTeleopPolicy(read, chain, hw, dt, max_speed=max_speed, gripper=gripper)
-    state = robot.read_state()
-    start = np.asarray(state.q, dtype=np.float64)
-    clock = time.monotonic if realtime else (lambda: robot.time)
-    controller = Controller(rec, hw, policy, start, clock=clock)
-    episodes, ticks = 0, 0
-    try:
-        controller.request_ramp()
-        for _ in paced_ticks(controller, clock, dt, realtime):
-            if controller.mode is Mode.READY:
-                controller.start_policy()
-                rec.start()
-            elif controller.mode is Mode.POLICY:
-                ticks += 1
-                inp = policy.last_input
-                if inp.end_episode or inp.quit or (max_ticks is not None and ticks >= max_ticks):
-                    rec.end_episode()
-                    episodes += 1
-                    if status:
-                        status(f"episode {episodes} saved; {rec.report()}")
-                    if inp.quit or (max_ticks is not None and ticks >= max_ticks):
-                        break
-            elif controller.mode in (Mode.DAMP, Mode.ESTOP):
-                raise RuntimeError(f"teleoperation stopped: {controller.last_fault} ({controller.last_error})")
-    finally:
-        rec.recording = False
-        controller.shutdown()
-        writer.close()
-        if sim:
-            sim.close()
-        robot.close()
-    return {**rec.report(), "episodes": episodes}

@@ -20,7 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetError, DatasetReader
+from robo_rl.core.assets import find_asset
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.errors import DatasetError
+from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.hardware import load_hardware
+from robo_rl.deploy.runtime import wait_for_fresh_state
+from robo_rl.deploy.session import make_robot
+from robo_rl.deploy.state_machine import Mode
 
 
 class ReplayPolicy:
@@ -92,11 +99,6 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
     {"q": (T, D) joint positions after each tick, "recorded": (T, D) the episode's observation.state,
     "interventions": safety-filter counts, "names": joints}.
     """
-    from robo_rl.deploy.controller import Controller
-    from robo_rl.deploy.hardware import load_hardware
-    from robo_rl.deploy.session import make_robot
-    from robo_rl.deploy.state_machine import Mode
-
     if transport not in ("sim", "dds"):
         raise ValueError(f"replay: transport {transport!r}: choose sim (the twin) or dds (a robot or `robo-rl twin`)")
     if transport == "dds":
@@ -119,8 +121,6 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
         start = np.empty(len(hw.joint_names))
         state_names = reader.features["observation.state"].get("names") or names
         if transport == "dds":
-            from robo_rl.deploy.runtime import wait_for_fresh_state
-
             first = wait_for_fresh_state(robot, 10.0, hw.safety.state_timeout_s, time.monotonic)
         else:
             first = robot.read_state()
@@ -171,8 +171,7 @@ def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, cam
     Each frame puts the twin's joints at the recorded `observation.state` (by name; other joints and free
     bodies stay at the model's keyframe) and draws `camera`. Needs MUJOCO_GL=egl or osmesa headless.
     """
-    from robo_rl.deploy.hardware import load_hardware
-    from robo_rl.sim.mjmodel import mujoco  # picks a headless MUJOCO_GL before mujoco loads
+    from robo_rl.sim.mjmodel import mujoco  # the train extra; picks a headless MUJOCO_GL before mujoco loads
 
     reader = DatasetReader(dataset)
     ep = reader.episode(index, images=False)
@@ -183,8 +182,6 @@ def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, cam
     sim = hw.transport.get("sim") or {}
     if "model" not in sim:
         raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
-    from robo_rl.core.assets import find_asset
-
     model = mujoco.MjModel.from_xml_path(str(find_asset(sim["model"], what="sim twin model")))
     data = mujoco.MjData(model)
     if sim.get("keyframe"):

@@ -80,15 +80,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
-from robo_rl.demos.dataset import (
-    DEFAULT_FEATURES,
-    NUMERIC_DTYPES,
-    DatasetError,
-    DatasetReader,
-    DatasetWriter,
-    camera,
-)
+from robo_rl.core.config import load_yaml
+from robo_rl.demos.dataset_metadata import DEFAULT_FEATURES, NUMERIC_DTYPES, camera
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.dataset_writer import DatasetWriter
+from robo_rl.demos.errors import DatasetError
 from robo_rl.deploy import ros_interface as ri
 from robo_rl.deploy import ros_messages as rm
 
@@ -120,7 +118,7 @@ _MAPPING_KEYS = ("fps", "joints", "features", "episodes", "task", "robot_type")
 def _rosbags() -> tuple[Any, Any, Any, Any]:
     """(Reader, Writer, StoragePlugin, typestore); DatasetError when rosbags is not installed."""
     try:
-        from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+        from rosbags.rosbag2 import Reader, StoragePlugin, Writer  # optional: pip install rosbags
         from rosbags.typesys import Stores, get_typestore
     except ImportError:
         raise DatasetError("rosbag import/export needs the `rosbags` package (pip install rosbags)") from None
@@ -129,7 +127,7 @@ def _rosbags() -> tuple[Any, Any, Any, Any]:
 
 def _cv2() -> Any:
     try:
-        import cv2
+        import cv2  # optional: opencv-python-headless (the demos extra)
     except ImportError:
         raise DatasetError("rosbag images need OpenCV (pip install opencv-python-headless)") from None
     return cv2
@@ -355,8 +353,6 @@ class _Source:
 
 def _load_mapping(mapping: Mapping[str, Any] | str | Path) -> dict[str, Any]:
     if isinstance(mapping, (str, Path)):
-        from robo_rl.core.config import load_yaml
-
         return load_yaml(mapping)
     if not isinstance(mapping, Mapping):
         raise DatasetError(f"mapping: expected a dict or a YAML file path, got {type(mapping).__name__}")
@@ -726,8 +722,6 @@ def parse_episodes(text: str | Sequence[int] | None) -> list[int] | None:
 def cmd_to_rosbag(dataset: str | Path, out: str | Path, episodes: str | Sequence[int] | None = None,
                   storage: str = "mcap") -> str:
     """`robo-rl dataset to-rosbag`: export, and write the import mapping as <out>/robo_rl_mapping.yaml."""
-    import yaml
-
     report = dataset_to_bag(dataset, out, episodes=parse_episodes(episodes), storage=storage)
     mapping_path = Path(out) / MAPPING_FILE
     mapping_path.write_text(yaml.safe_dump(dataset_mapping(dataset), sort_keys=False))

@@ -1,7 +1,8 @@
 """Record expert demonstrations in simulation into a LeRobot v3.0 dataset, cameras included.
 
-`record_expert` runs the task's scripted expert (`robo_rl.tasks.experts.EXPERTS`), or a trained teacher policy,
-in N parallel worlds; each world
+`record_demos` runs an actor in N parallel worlds of a task env: the task's scripted expert
+(`robo_rl.tasks.experts.EXPERTS`, `record_expert` builds the env) or a trained policy (`PolicyActor`; the
+CLI loads the teacher run and builds its env, so this module needs nothing of `robo_rl.learn`); each world
 buffers its episode and hands it to the dataset writer when it ends, so episodes are whole and in the
 order they finish. Per frame: `observation.state` (the robot's joint positions), `observation.policy`
 (the policy observation of the task's deploy contract, what a policy trained on it sees),
@@ -14,14 +15,16 @@ info.json carries the task name and its deploy contract under "robo_rl".
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from robo_rl.demos.dataset import DatasetWriter, camera, scalar, vector
+from robo_rl.demos.dataset_metadata import camera, scalar, vector
+from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.tasks import make_env
 from robo_rl.tasks.base import single_torch_thread
 from robo_rl.tasks.experts import EXPERTS
@@ -48,7 +51,15 @@ def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[s
     return features
 
 
-class _ScriptedExpert:
+class Actor(Protocol):
+    """What `record_demos` drives the env with: actions (N, A) from observation groups; `reset` of ended worlds."""
+
+    def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+    def reset(self, ids: torch.Tensor) -> None: ...
+
+
+class ScriptedExpert:
     """The task's scripted expert (`robo_rl.tasks.experts`) as an actor: (obs groups) -> actions (N, A)."""
 
     def __init__(self, task: str, env: Any):
@@ -61,115 +72,112 @@ class _ScriptedExpert:
         self.expert.reset(ids)
 
 
-class _Teacher:
-    """A trained policy's deterministic actions (a PPO or SAC teacher) as an actor; stateless between episodes."""
+class PolicyActor:
+    """A trained policy's deterministic actions (e.g. a PPO or SAC teacher's `act_inference`) as an actor:
+    (obs groups) -> actions (N, A); stateless between episodes."""
 
-    def __init__(self, policy: Any):
-        self.policy = policy
+    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor]):
+        self.act = act
+        """Policy observations (N, O) -> actions (N, A)."""
 
     def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.policy.act_inference(obs["policy"])
+        return self.act(obs["policy"])
 
     def reset(self, ids: torch.Tensor) -> None:
         pass
 
 
-def _teacher_env(task: str, teacher: str, num_envs: int, seed: int) -> tuple[Any, _Teacher]:
-    """The env the teacher run was trained in (its task config) and the teacher; ValueError (one line) if the run
-    is of another task or runs action chunks."""
-    from robo_rl.learn.builders import load_policy, load_trained
-
-    _, state, cfg = load_trained(teacher)
-    if cfg.task != task:
-        raise ValueError(f"--teacher {teacher}: the run was trained on {cfg.task!r}, not {task!r}")
-    if getattr(cfg.policy, "execute_steps", 1) > 1:
-        raise ValueError(f"--teacher {teacher}: its policy executes action chunks; record from a one-step policy")
-    env = make_env(task, num_envs, cfg=cfg.env, seed=seed)
-    with torch.no_grad():
-        return env, _Teacher(load_policy(state, cfg, env))
-
-
 def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 8, cameras: Sequence[str] = (),
-                  image_size: int = 96, seed: int = 0, action_noise: float = 0.0, teacher: str | None = None,
+                  image_size: int = 96, seed: int = 0, action_noise: float = 0.0,
                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Record `episodes` expert episodes of `task` into a new dataset `out`; returns a summary.
+    """Record `episodes` episodes of `task`'s scripted expert into a new dataset `out`; returns a summary.
 
-    The expert is the task's scripted one, or with `teacher` (a run folder or checkpoint of `task`) that trained
-    policy's deterministic actions, in the task config it was trained with (demonstrations for a task without a
-    scripted expert: a PPO teacher for the quadruped).
+    A task without a scripted expert is recorded from a trained policy instead: `record_demos` with a
+    `PolicyActor` in the env of the task config it was trained with (the CLI's `record --teacher RUN`).
+    Other arguments as in `record_demos`; ValueError (one line) for a task without a scripted expert.
+    """
+    if task not in EXPERTS:
+        raise ValueError(f"task {task!r} has no scripted expert (tasks with one: {', '.join(EXPERTS)}); record a "
+                         "trained policy with --teacher RUN")
+    if episodes < 1:
+        raise ValueError(f"episodes = {episodes}: must be >= 1")
+    env = make_env(task, min(num_envs, episodes), seed=seed)
+    try:
+        return record_demos(env, ScriptedExpert(task, env), episodes, out, task=task, source="scripted expert",
+                            cameras=cameras, image_size=image_size, seed=seed, action_noise=action_noise,
+                            progress=progress)
+    finally:
+        env.close()
+
+
+def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task: str, source: str,
+                 cameras: Sequence[str] = (), image_size: int = 96, seed: int = 0, action_noise: float = 0.0,
+                 progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Record `episodes` episodes of `env` (a task env of `task`, N worlds) driven by `actor` into a new dataset.
+
+    The caller builds and closes `env` and `actor`: the task's scripted expert (`record_expert`), or a
+    trained policy's deterministic actions (`PolicyActor`, demonstrations for a task without a scripted
+    expert: a PPO teacher for the quadruped).
+    source: who acted, for info.json ("scripted expert", "teacher policy <run>").
     action_noise: std of Gaussian noise added to the actions executed (not to the ones recorded), so the
         demonstrations also show the expert recovering from states it would not visit itself (DART);
         behaviour cloning needs that to stay on track.
     Returns {"episodes", "frames", "success_rate", "dropped"}; `progress(n)` is called after each episode.
     """
-    if teacher is None and task not in EXPERTS:
-        raise ValueError(f"task {task!r} has no scripted expert (tasks with one: {', '.join(EXPERTS)}); record a "
-                         "trained policy with --teacher RUN")
     if episodes < 1:
         raise ValueError(f"episodes = {episodes}: must be >= 1")
-    n_worlds = min(num_envs, episodes)
-    if teacher is None:
-        env = make_env(task, n_worlds, seed=seed)
-        expert: _ScriptedExpert | _Teacher = _ScriptedExpert(task, env)
-    else:
-        env, expert = _teacher_env(task, teacher, n_worlds, seed)
-    try:
-        features = expert_features(env, cameras, image_size)
-        source = "scripted expert" if teacher is None else f"teacher policy {Path(teacher).name}"
-        info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": source}}
-        writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot,
-                               extra_info=info)
-        n = env.num_envs
-        buffers: list[list[dict[str, np.ndarray]]] = [[] for _ in range(n)]
-        obs = env.reset(random_start=False)
-        expert.reset(torch.arange(n))
-        written, successes = 0, []
-        task_text = env.description or task
-        noise = torch.Generator().manual_seed(seed + 7)
-        while written < episodes:
-            with single_torch_thread(), torch.no_grad():
-                action = expert(obs).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
-                executed = action
-                if action_noise > 0:
-                    executed = (action + action_noise * torch.randn(action.shape, generator=noise)).clamp(
-                        -env.cfg.action_clip, env.cfg.action_clip)
-            images = {cam: env.backend.render_cameras(cam, image_size, image_size).permute(0, 2, 3, 1).cpu().numpy()
-                      for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
-            state = env.q.cpu().numpy().copy()
-            policy = obs["policy"].cpu().numpy().copy()
-            critic = obs["critic"].cpu().numpy().copy()
-            targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
-            obs, reward, terminated, truncated, info = env.step(executed)
-            done = (terminated | truncated).cpu().numpy()
-            act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
-            for w in range(n):
-                frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
-                         "command.joint_position": targets[w], "next.reward": rew[w], "next.done": done[w],
-                         "next.terminated": term[w]}
-                if "observation.critic" in features:
-                    frame["observation.critic"] = critic[w]
-                frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
-                buffers[w].append(frame)
-            ended = info["episode"]
-            if ended:
-                ids = ended["ids"].tolist()
-                for k, w in enumerate(ids):
-                    if written < episodes:
-                        for frame in buffers[w]:
-                            writer.add_frame(frame, task=task_text)
-                        writer.end_episode()
-                        successes.append(float(ended["success"][k]) if "success" in ended else float("nan"))
-                        written += 1
-                        if progress:
-                            progress(written)
-                    buffers[w] = []
-                expert.reset(ended["ids"])
-        writer.close()
-        stats = writer.stats()
-        return {"episodes": written, "frames": stats.frames_written, "success_rate": _mean_success(successes),
-                "dropped": stats.frames_dropped}
-    finally:
-        env.close()
+    features = expert_features(env, cameras, image_size)
+    info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": source}}
+    writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot, extra_info=info)
+    n = env.num_envs
+    buffers: list[list[dict[str, np.ndarray]]] = [[] for _ in range(n)]
+    obs = env.reset(random_start=False)
+    actor.reset(torch.arange(n))
+    written, successes = 0, []
+    task_text = env.description or task
+    noise = torch.Generator().manual_seed(seed + 7)
+    while written < episodes:
+        with single_torch_thread(), torch.no_grad():
+            action = actor(obs).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
+            executed = action
+            if action_noise > 0:
+                executed = (action + action_noise * torch.randn(action.shape, generator=noise)).clamp(
+                    -env.cfg.action_clip, env.cfg.action_clip)
+        images = {cam: env.backend.render_cameras(cam, image_size, image_size).permute(0, 2, 3, 1).cpu().numpy()
+                  for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
+        state = env.q.cpu().numpy().copy()
+        policy = obs["policy"].cpu().numpy().copy()
+        critic = obs["critic"].cpu().numpy().copy()
+        targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
+        obs, reward, terminated, truncated, info = env.step(executed)
+        done = (terminated | truncated).cpu().numpy()
+        act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
+        for w in range(n):
+            frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
+                     "command.joint_position": targets[w], "next.reward": rew[w], "next.done": done[w],
+                     "next.terminated": term[w]}
+            if "observation.critic" in features:
+                frame["observation.critic"] = critic[w]
+            frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
+            buffers[w].append(frame)
+        ended = info["episode"]
+        if ended:
+            ids = ended["ids"].tolist()
+            for k, w in enumerate(ids):
+                if written < episodes:
+                    for frame in buffers[w]:
+                        writer.add_frame(frame, task=task_text)
+                    writer.end_episode()
+                    successes.append(float(ended["success"][k]) if "success" in ended else float("nan"))
+                    written += 1
+                    if progress:
+                        progress(written)
+                buffers[w] = []
+            actor.reset(ended["ids"])
+    writer.close()
+    stats = writer.stats()
+    return {"episodes": written, "frames": stats.frames_written, "success_rate": _mean_success(successes),
+            "dropped": stats.frames_dropped}
 
 
 def _mean_success(successes: list[float]) -> float:
@@ -180,6 +188,4 @@ def _mean_success(successes: list[float]) -> float:
 
 def json_contract(env: Any) -> Any:
     """The env's deploy contract as plain JSON data."""
-    import json
-
     return json.loads(env.contract.to_json())

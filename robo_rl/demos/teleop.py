@@ -5,7 +5,8 @@ Every device gives a `TeleopInput` each control tick: an end-effector velocity i
 into joint targets: damped least squares on the arm's kinematic chain (the numpy chain of the deploy
 core, built from the twin's MJCF) holding the end-effector's orientation, so the Controller sends it
 through the same safety filter as a policy's. The device mappings are pure functions of the raw device
-state (tested); the device classes only read hardware:
+state (tested); the device classes only read hardware. `record_teleop` teleoperates the twin and records
+every tick into a dataset (`robo-rl record --teleop`):
 
     keyboard   w/s: +x/-x, a/d: +y/-y, r/f: +z/-z, space: toggle gripper, enter: end the episode, q: quit
     gamepad    left stick: x/y, right stick vertical: z, A (south): toggle gripper, start: end the episode
@@ -14,18 +15,26 @@ state (tested); the device classes only read hardware:
 
 from __future__ import annotations
 
+import os
 import select
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from robo_rl.demos.dataset_writer import DatasetWriter
+from robo_rl.demos.recorder import RecordingRobot, SimCameras, robot_features
+from robo_rl.demos.replay import paced_ticks
 from robo_rl.deploy.actions import dls_step, limit_step, orientation_error
+from robo_rl.deploy.controller import Controller
+from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.kinematics import SerialChain
+from robo_rl.deploy.session import make_robot
+from robo_rl.deploy.state_machine import Mode
 
 KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
 """Keyboard key -> (axis, direction) of the end-effector velocity."""
@@ -152,7 +161,7 @@ class KeyboardDevice:
     """The terminal's keys, read on a thread in cbreak mode (no Enter needed); call it once per tick."""
 
     def __init__(self, stream: Any = None):
-        import termios
+        import termios  # POSIX only
         import tty
 
         self.stream = stream or sys.stdin
@@ -169,8 +178,6 @@ class KeyboardDevice:
         self._thread.start()
 
     def _run(self) -> None:
-        import os
-
         while self._running:
             ready, _, _ = select.select([self._fd], [], [], 0.05)
             if ready:  # the file descriptor, not the buffered stream: select cannot see a stream's buffer
@@ -189,7 +196,7 @@ class KeyboardDevice:
         return keyboard_input(held, pressed)
 
     def close(self) -> None:
-        import termios
+        import termios  # POSIX only
 
         self._running = False
         self._thread.join(timeout=0.5)
@@ -200,7 +207,7 @@ class EvdevGamepad:
     """A gamepad through Linux evdev (`pip install evdev`), read on a thread; call it once per tick."""
 
     def __init__(self, path: str | None = None):
-        import evdev
+        import evdev  # optional: pip install evdev
 
         self._evdev = evdev
         paths = [path] if path else evdev.list_devices()
@@ -242,7 +249,7 @@ class SpaceMouseDevice:
     """A 3Dconnexion SpaceMouse through `pyspacemouse`; call it once per tick."""
 
     def __init__(self):
-        import pyspacemouse
+        import pyspacemouse  # optional: pip install pyspacemouse
 
         if not pyspacemouse.open():
             raise ValueError("no SpaceMouse found (pyspacemouse.open() failed)")
@@ -258,3 +265,64 @@ class SpaceMouseDevice:
 
 
 DEVICES = {"keyboard": KeyboardDevice, "gamepad": EvdevGamepad, "spacemouse": SpaceMouseDevice}
+
+
+# ---------------------------------------------------------------------------------------------- recording
+def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str = "teleoperation",
+                  cameras: tuple[str, ...] = (), image_size: int = 96, max_speed: float = 0.1,
+                  realtime: bool = True, max_ticks: int | None = None, ee_site: str = "ee",
+                  status: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Teleoperate the twin of `hardware` (end-effector velocity from `read`) and record every tick into `out`.
+
+    RAMP and READY run first; POLICY (teleoperation) starts once READY. An input with `end_episode`
+    closes the episode, `quit` (or `max_ticks` ticks of POLICY) ends the session. Returns the recorder's
+    report plus "episodes". Every command goes through the deploy core's safety filter.
+    """
+    from robo_rl.tasks.kinematics import serial_chain  # torch (the train extra, as the twin's mujoco)
+
+    hw = load_hardware(hardware)
+    dt = 1.0 / hw.control_rate_hz
+    robot = make_robot("sim", hw, dt, realtime=realtime)
+    chain = serial_chain(robot.model, ee_site)
+    fingers = [n for n in hw.joint_names if n.startswith("finger")]
+    gripper = None
+    if fingers:
+        i = hw.joint_names.index(fingers[0])
+        gripper = (fingers[0], float(hw.joint_upper[i]), float(hw.joint_lower[i]))
+    sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz) if cameras else None
+    writer = DatasetWriter(out, fps=hw.control_rate_hz, features=robot_features(
+        hw.joint_names, {c: (image_size, image_size) for c in cameras}, hw.control_rate_hz), robot_type=hw.robot)
+    rec = RecordingRobot(robot, writer, task=task, recording=False,
+                         cameras={c: sim.camera(c) for c in cameras} if sim else None)
+    policy = EeTeleopPolicy(read, chain, hw, dt, max_speed=max_speed, gripper=gripper)
+    state = robot.read_state()
+    start = np.asarray(state.q, dtype=np.float64)
+    clock = time.monotonic if realtime else (lambda: robot.time)
+    controller = Controller(rec, hw, policy, start, clock=clock)
+    episodes, ticks = 0, 0
+    try:
+        controller.request_ramp()
+        for _ in paced_ticks(controller, clock, dt, realtime):
+            if controller.mode is Mode.READY:
+                controller.start_policy()
+                rec.start()
+            elif controller.mode is Mode.POLICY:
+                ticks += 1
+                inp = policy.last_input
+                if inp.end_episode or inp.quit or (max_ticks is not None and ticks >= max_ticks):
+                    rec.end_episode()
+                    episodes += 1
+                    if status:
+                        status(f"episode {episodes} saved; {rec.report()}")
+                    if inp.quit or (max_ticks is not None and ticks >= max_ticks):
+                        break
+            elif controller.mode in (Mode.DAMP, Mode.ESTOP):
+                raise RuntimeError(f"teleoperation stopped: {controller.last_fault} ({controller.last_error})")
+    finally:
+        rec.recording = False
+        controller.shutdown()
+        writer.close()
+        if sim:
+            sim.close()
+        robot.close()
+    return {**rec.report(), "episodes": episodes}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetWriter
+from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.deploy import ros_messages as rm
 
 END_KINDS = ("success", "failure", "reset")

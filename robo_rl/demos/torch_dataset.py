@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robo_rl.demos.dataset import DatasetError, DatasetReader
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.errors import DatasetError
 
 
 class FrameDataset(torch.utils.data.Dataset):

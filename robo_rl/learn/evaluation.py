@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import ConfigError
+from robo_rl.demos.mp4_writer import write_mp4
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import check_output_file
 
@@ -125,7 +126,5 @@ def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str
     finally:
         env.close()
     if video:
-        from robo_rl.learn.policy_video import write_mp4
-
         write_mp4(video, frames, fps=1.0 / env.dt)
     return result

@@ -1,52 +1,16 @@
-"""Evaluation videos: run a policy deterministically in a single-world env, write a browser-playable MP4
-(H.264, yuv420p, `faststart`) through PyAV, and make a small animated GIF for TensorBoard."""
+"""Evaluation videos: the frames of a policy run deterministically in a single-world env, a small animated GIF
+of them for TensorBoard, and camera images tiled into one picture. The MP4 file itself is written by
+`robo_rl.demos.mp4_writer`."""
 
 from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from robo_rl.learn.checkpoint import atomic_write
-
-CODEC = "libx264"
-"""H.264: plays in every browser and video player (MPEG-4 Part 2, OpenCV's default, does not)."""
-
-
-def _even(frame: np.ndarray) -> np.ndarray:
-    """Crop a frame (H, W, 3) to even height and width (yuv420p needs both even)."""
-    h, w = frame.shape[:2]
-    return frame[: h - h % 2, : w - w % 2]
-
-
-def encode_mp4(path: str | Path, frames: list[np.ndarray], fps: float) -> None:
-    """Write RGB frames (H, W, 3) uint8 to `path` as an H.264 MP4 (whatever its file name ends in).
-
-    `faststart` puts the index first so a browser can play the file while it loads; the muxer then
-    rewrites the file, so `path` must be a real file, not a pipe or buffer.
-    """
-    import av
-
-    with av.open(str(path), mode="w", format="mp4", options={"movflags": "faststart"}) as container:
-        stream = container.add_stream(CODEC, rate=Fraction(fps).limit_denominator(1000))
-        first = _even(frames[0])
-        stream.height, stream.width = first.shape[:2]
-        stream.pix_fmt = "yuv420p"
-        stream.options = {"crf": "23", "preset": "veryfast"}
-        for frame in frames:
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(_even(frame)), format="rgb24")))
-        container.mux(stream.encode())  # flush the encoder
-
-
-def write_mp4(path: str | Path, frames: list[np.ndarray], fps: float) -> None:
-    """Write RGB frames (H, W, 3) uint8 to an H.264 MP4 file atomically (no partial file on failure)."""
-    if not frames:
-        raise ValueError("no frames to write")
-    atomic_write(path, lambda tmp: encode_mp4(tmp, frames, fps))
+from robo_rl.learn.evaluation import on_every_step, rollout
 
 
 def encode_gif(frames: list[np.ndarray], fps: float, *, max_frames: int = 150, max_width: int = 160) -> bytes:
@@ -88,8 +52,6 @@ def record_episodes(
     env, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, *, size: tuple[int, int] = (320, 240)
 ) -> list[np.ndarray]:
     """Frames of world 0 over `episodes` episodes of `env` driven by `policy` (raw obs -> actions)."""
-    from robo_rl.learn.evaluation import on_every_step, rollout
-
     frames = []
     done_count = 0
     render = lambda: frames.append(env.render(0, width=size[0], height=size[1]))  # noqa: E731

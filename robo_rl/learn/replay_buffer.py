@@ -302,7 +302,7 @@ def dataset_transitions(path: str, *, critic: bool) -> dict[str, np.ndarray]:
     Raises:
         ValueError: the dataset is unreadable or lacks a feature (one line naming it).
     """
-    from robo_rl.demos.dataset import DatasetReader
+    from robo_rl.demos.dataset_reader import DatasetReader
 
     reader = DatasetReader(path)
     wanted = {k: v for k, v in DATASET_KEYS.items() if critic or k != "critic_obs"}

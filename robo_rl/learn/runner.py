@@ -258,7 +258,8 @@ class Runner:
         Returns:
             (path of the MP4 written, its frames (H, W, 3) uint8, frames per second).
         """
-        from robo_rl.learn.policy_video import record_episodes, write_mp4
+        from robo_rl.demos.mp4_writer import write_mp4
+        from robo_rl.learn.policy_video import record_episodes
 
         env = build_env(self.cfg, num_envs=1, seed=self.cfg.seed + 12345)
         try:

@@ -14,18 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from robo_rl.demos.dataset import (
-    CODEBASE_VERSION,
-    DatasetError,
-    DatasetReader,
-    DatasetWriter,
-    camera,
-    count_video_frames,
-    read_meta,
-    repair,
-    scalar,
-    vector,
-)
+from robo_rl.demos.dataset_metadata import CODEBASE_VERSION, camera, read_meta, scalar, vector
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.dataset_recovery import repair
+from robo_rl.demos.dataset_writer import DatasetWriter
+from robo_rl.demos.errors import DatasetError
+from robo_rl.demos.video_segments import count_video_frames
 from tests.conftest import REPO
 
 FPS = 30
@@ -225,7 +219,7 @@ CHILD = """
 import sys, time
 sys.path.insert(0, {repo!r})
 from tests.demos.test_demos_dataset import FEATURES, FPS, synthetic_frame
-from robo_rl.demos.dataset import DatasetWriter
+from robo_rl.demos.dataset_writer import DatasetWriter
 w = DatasetWriter({root!r}, fps=FPS, features=FEATURES)
 for e, length in enumerate([40, 50, 45]):
     for i in range(length):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetReader
+from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.recorder import recording_wrapper
 from robo_rl.demos.replay import replay_episode
 from robo_rl.demos.sim_record import record_expert

@@ -19,7 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robo_rl.demos.dataset import DatasetReader, DatasetWriter, camera, scalar, vector
+from robo_rl.demos.dataset_metadata import camera, scalar, vector
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.dataset_writer import DatasetWriter
 from tests.conftest import load_script, shared_venv
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,10 @@ from rosbags.rosbag2 import Reader, StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
 from robo_rl.demos import rosbag as rb  # noqa: E402
-from robo_rl.demos.dataset import DatasetError, DatasetReader, DatasetWriter, camera, scalar, vector  # noqa: E402
+from robo_rl.demos.dataset_metadata import camera, scalar, vector  # noqa: E402
+from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
+from robo_rl.demos.dataset_writer import DatasetWriter  # noqa: E402
+from robo_rl.demos.errors import DatasetError  # noqa: E402
 from robo_rl.deploy import ros_interface as ri  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 

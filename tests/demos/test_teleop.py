@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from robo_rl.demos.dataset import DatasetReader
-from robo_rl.demos.recorder import record_teleop
-from robo_rl.demos.teleop import TeleopInput, gamepad_input, joy_input, keyboard_input, spacemouse_input
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.teleop import TeleopInput, gamepad_input, joy_input, keyboard_input, record_teleop, spacemouse_input
 from tests.conftest import REPO
 
 

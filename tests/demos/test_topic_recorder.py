@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from robo_rl.demos.dataset import DatasetReader, DatasetWriter
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.demos.recorder import robot_features
 from robo_rl.demos.rosbag import message_types
 from robo_rl.demos.topic_recorder import TopicRecorder

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.demos.dataset import DatasetReader
+from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.sim_record import record_expert
 from robo_rl.learn.checkpoint import load_checkpoint
 from robo_rl.tasks import make_env
@@ -113,7 +113,7 @@ def test_record_with_cameras_and_dataset_info_commands(cli, tmp_path):
     video = cli("dataset", "video", str(out), "--episode", "1", "--camera", "observation.images.scene", "--out",
                 str(tmp_path / "ep1.mp4"))
     assert video.returncode == 0 and "400 frames of observation.images.scene at 50 fps" in video.stdout
-    from robo_rl.demos.dataset import count_video_frames
+    from robo_rl.demos.video_segments import count_video_frames
 
     assert count_video_frames(tmp_path / "ep1.mp4") == 400
     bad = cli("record", "--task", "arm-pick-place", "--expert", "--cameras", "wrist", "--out", str(tmp_path / "b"))

@@ -174,7 +174,7 @@ def test_quadruped_presets_from_a_ppo_teacher(tmp_path, capsys):
                  "--num-envs", "2", "--noise", "0.1", "--out", str(demos)]) == 0
     out = capsys.readouterr().out
     assert "2 episodes, 50 frames, dropped frames 0" in out  # 0.5 s at 50 Hz: the teacher's task config
-    from robo_rl.demos.dataset import DatasetReader
+    from robo_rl.demos.dataset_reader import DatasetReader
     from robo_rl.learn.builders import load_policy, load_trained
     from robo_rl.tasks import make_env
 

@@ -57,7 +57,8 @@ def load_demonstrations(cfg: BCConfig, spec: EnvSpec, horizon: int = 1) -> tuple
     With `horizon` H > 1 the actions are chunks (M, H * A): frame i's actions i .. i+H-1 of its episode, the
     episode's last action repeated past its end (see `chunk_indices`).
     """
-    from robo_rl.demos.dataset import DatasetError, DatasetReader
+    from robo_rl.demos.dataset_reader import DatasetReader
+    from robo_rl.demos.errors import DatasetError
 
     if not cfg.dataset:  # checked when training starts: a config without one still resolves (play, export)
         raise ConfigError("config error: algo.dataset is not set; pass --dataset PATH (a LeRobot v3.0 folder)")

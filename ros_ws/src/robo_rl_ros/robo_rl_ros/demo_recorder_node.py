@@ -18,7 +18,7 @@ from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage
 
 from robo_rl.core.assets import find_asset
-from robo_rl.demos.dataset import DatasetWriter
+from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.demos.recorder import robot_features
 from robo_rl.demos.topic_recorder import TopicRecorder
 from robo_rl.deploy import ros_interface as names

@@ -26,7 +26,7 @@ from lifecycle_msgs.msg import Transition  # noqa: E402
 from lifecycle_msgs.srv import ChangeState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from robo_rl.demos.dataset import DatasetReader  # noqa: E402
+from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 
 DATASET = os.path.join(tempfile.mkdtemp(), "ros_demos")

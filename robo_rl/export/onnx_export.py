@@ -33,9 +33,10 @@ import torch
 from torch import Tensor, nn
 
 from robo_rl.core.contract import DeployContract
+from robo_rl.core.files import atomic_write
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 from robo_rl.learn.builders import build_env, load_policy, load_trained
-from robo_rl.learn.checkpoint import atomic_write, check_output_file
+from robo_rl.learn.checkpoint import check_output_file
 
 OPSET = 18
 PARITY_TOLERANCE = 1e-5

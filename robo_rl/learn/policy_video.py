@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robo_rl.learn.checkpoint import atomic_write
+from robo_rl.core.files import atomic_write
 
 CODEC = "libx264"
 """H.264: plays in every browser and video player (MPEG-4 Part 2, OpenCV's default, does not)."""

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from robo_rl.core.config import ConfigError
-from robo_rl.learn.checkpoint import atomic_write, latest_checkpoint, load_checkpoint, save_checkpoint
+from robo_rl.core.files import atomic_write
+from robo_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
 
 def test_failed_write_leaves_nothing(tmp_path):
@@ -44,7 +45,7 @@ def test_pickled_objects_are_refused(tmp_path):
 def test_run_lock_is_exclusive_and_released(tmp_path):
     import os
 
-    from robo_rl.learn.checkpoint import RunInUse, RunLock
+    from robo_rl.learn.run_folder import RunInUse, RunLock
 
     with RunLock(tmp_path):
         assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())

@@ -132,7 +132,8 @@ def test_wheel_installs_and_runs_outside_the_checkout(kind, wheel, tmp_path):
             "print(a.find_asset('envs/go2.xml'))")
     where = subprocess.run([str(installed.python), "-c", code], cwd=work, env=installed.env, capture_output=True,
                            text=True, check=True).stdout.split("\n")
-    assert str(REPO) not in where[0] and str(tmp_path / "install") in where[0]  # the wheel's copy
+    folder = {"venv": "venv", "user": "userbase", "target": "target"}[kind]
+    assert str(REPO) not in where[0] and str(tmp_path / "install" / folder) in where[0]  # the wheel's copy
     assert where[1] == "None"
     assert where[2] == str(Path(where[0]).parent / "data" / "envs" / "go2.xml")
 

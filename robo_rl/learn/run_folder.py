@@ -192,8 +192,10 @@ def git_state(folder: Path = PACKAGE_DIR) -> tuple[dict[str, Any], str]:
     """
     try:
         top = _git(folder, "rev-parse", "--show-toplevel")
-        if top.returncode != 0:
-            return {"repository": None, "reason": f"{folder} is not in a git checkout"}, ""
+        if top.returncode != 0:  # not a checkout, or one git refuses to read (e.g. "dubious ownership")
+            why = (top.stderr.strip().splitlines() or [""])[0]
+            reason = f"{folder} is not in a git checkout" if not why or "not a git repository" in why else f"git: {why}"
+            return {"repository": None, "reason": reason}, ""
         # a wheel installed in a venv inside some project's checkout is in its folder but not tracked by it
         if _git(folder, "ls-files", "--error-unmatch", "--", ".").returncode != 0:
             return {"repository": None, "reason": f"{folder} is not tracked by the git checkout around it"}, ""

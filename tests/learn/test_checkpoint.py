@@ -42,18 +42,6 @@ def test_pickled_objects_are_refused(tmp_path):
         load_checkpoint(path)
 
 
-def test_run_lock_is_exclusive_and_released(tmp_path):
-    import os
-
-    from robo_rl.learn.run_folder import RunInUse, RunLock
-
-    with RunLock(tmp_path):
-        assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
-        with pytest.raises(RunInUse, match=rf"is in use by another process \(pid {os.getpid()}\)"):
-            RunLock(tmp_path)  # a second open file description conflicts even within one process
-    RunLock(tmp_path).release()  # released: lockable again
-
-
 def test_torch_file_that_is_not_a_checkpoint(tmp_path):
     from robo_rl.learn.checkpoint import load_run_checkpoint
 

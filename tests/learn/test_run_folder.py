@@ -77,6 +77,16 @@ def provenance_line_of(run: Path, git_record: dict) -> str:
     return provenance_line(run)
 
 
+def test_run_lock_is_exclusive_and_released(tmp_path):
+    from robo_rl.learn.run_folder import RunInUse
+
+    with RunLock(tmp_path):
+        assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
+        with pytest.raises(RunInUse, match=rf"is in use by another process \(pid {os.getpid()}\)"):
+            RunLock(tmp_path)  # a second open file description conflicts even within one process
+    RunLock(tmp_path).release()  # released: lockable again
+
+
 def test_create_run_dir_writes_config_provenance_and_holds_the_lock(tmp_path):
     from robo_rl.learn.builders import resolve_config
     from robo_rl.learn.run_folder import RunInUse

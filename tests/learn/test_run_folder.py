@@ -173,3 +173,5 @@ def test_a_run_trained_in_a_git_repository_records_its_commit_and_diff(tmp_path)
     export = cli("export", str(run), "--out", str(work / "r.onnx"))
     line = f"run trained at commit {first[:7]} (+diff); resumed 1x, last at iteration 1 with commit {second[:7]}"
     assert line in export.stdout.splitlines()
+    contract = json.loads((work / "r.json").read_text())
+    assert contract["extra"]["commit"] == first and contract["extra"]["commit_dirty"] is True  # the first start's

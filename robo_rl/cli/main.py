@@ -14,7 +14,6 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import shutil
 import signal
 import sys
 import time
@@ -211,6 +210,7 @@ def _preset_name(task: str, algo: str | None) -> str:
 def _train_config(args: argparse.Namespace) -> _Start:
     """Resolve and validate everything before anything heavy starts or anything is written."""
     from robo_rl.learn.builders import resolve_config
+    from robo_rl.learn.run_folder import check_new_run_dir
     from robo_rl.tasks import task_config_class
 
     overrides = _overrides(args)
@@ -229,10 +229,7 @@ def _train_config(args: argparse.Namespace) -> _Start:
     # `gym:Hopper-v5` -> `gym_Hopper-v5_<date>_<time>`: a colon in a path confuses scp, rsync and TensorBoard specs
     name = cfg.runner.run_name or f"{cfg.task.replace(':', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
     run_dir = Path(cfg.runner.log_dir) / name
-    if (run_dir / "config.yaml").exists():
-        raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} is a file; choose another --run-name")
+    check_new_run_dir(run_dir)
     return _Start(cfg, run_dir, False, None)
 
 
@@ -241,8 +238,9 @@ def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
     from robo_rl.core.config import RESUMABLE_FIELDS
     from robo_rl.learn.builders import config_from_checkpoint, resolve_config
     from robo_rl.learn.checkpoint import latest_checkpoint, load_run_checkpoint
+    from robo_rl.learn.run_folder import find_run_dir
 
-    run_dir = _find_run_dir(args.resume)
+    run_dir = find_run_dir(args.resume)
     if args.config:
         raise UserError("--config cannot be combined with --resume (the run's own config is used)")
     raw = load_yaml(run_dir / "config.yaml")
@@ -261,46 +259,10 @@ def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
     return _Start(cfg, run_dir, True, state)
 
 
-def _find_run_dir(run: str) -> Path:
-    for d in (Path(run), Path("runs") / run):
-        if (d / "config.yaml").is_file():
-            return d
-    for d in (Path(run), Path("runs") / run):
-        if d.is_dir():
-            raise UserError(f"--resume {run}: {d} holds no config.yaml, so it is not a run folder")
-    raise UserError(f"run {run!r} not found (expected a run folder holding config.yaml)")
-
-
-def _create_run_dir(run_dir: Path, cfg: Any) -> Any:
-    """Create, lock and write the config of a new run folder; returns the lock. On failure nothing is left."""
-    from robo_rl.learn.checkpoint import RunLock
-    from robo_rl.learn.runner import write_config
-
-    created = not run_dir.exists()
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create run directory {run_dir}: {exc.strerror or type(exc).__name__} "
-                        "(check runner.log_dir and --run-name)") from None
-    lock = None
-    try:
-        lock = RunLock(run_dir)
-        if (run_dir / "config.yaml").exists():  # another process started this run meanwhile
-            raise UserError(f"run directory {run_dir} already exists; use --resume {run_dir} or another --run-name")
-        write_config(run_dir, cfg)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-            if created:  # ours alone: we made it and held its lock
-                shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    return lock
-
-
 def cmd_train(args: argparse.Namespace) -> int:
     start = _train_config(args)
-    from robo_rl.learn.checkpoint import RunLock
-    from robo_rl.learn.runner import make_runner, write_config
+    from robo_rl.learn.run_folder import RunLock, create_run_dir, record_resume
+    from robo_rl.learn.runner import make_runner
 
     # A live run is refused before anything is built; a failed resume leaves its folder as it was.
     lock = RunLock(start.run_dir) if start.resuming else None
@@ -308,10 +270,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         runner = make_runner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
         try:
             first = runner.resume(start.state) if start.state is not None else 0
-            if start.resuming:
-                write_config(start.run_dir, start.cfg)  # only now that the start has succeeded
+            command = ["robo-rl", *args.argv]
+            if start.resuming:  # only now that the start has succeeded
+                record_resume(start.run_dir, start.cfg, first, command)
             else:
-                lock = _create_run_dir(start.run_dir, start.cfg)
+                lock = create_run_dir(start.run_dir, start.cfg, command)
             return _train(start, runner, first)
         finally:
             runner.close()
@@ -372,6 +335,14 @@ def _eval_line(result: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- play
+def _print_provenance(run: str) -> None:
+    """Print where the run of `run` (a run folder, run name or checkpoint file) was trained: one line."""
+    from robo_rl.learn.checkpoint import resolve_checkpoint
+    from robo_rl.learn.run_folder import provenance_line
+
+    print(provenance_line(resolve_checkpoint(run).parent), flush=True)
+
+
 def cmd_play(args: argparse.Namespace) -> int:
     from robo_rl.learn.evaluation import evaluate_checkpoint
 
@@ -379,6 +350,7 @@ def cmd_play(args: argparse.Namespace) -> int:
         raise UserError(f"--episodes {args.episodes}: must be 1 .. {MAX_NUM_ENVS} (one world per episode)")
     if not 0 <= args.seed <= MAX_SEED:
         raise UserError(f"--seed {args.seed}: must be 0 .. {MAX_SEED}")
+    _print_provenance(args.run)
     result = evaluate_checkpoint(args.run, episodes=args.episodes, seed=args.seed, video=args.video,
                                  flow_steps=args.flow_steps)
     print(_eval_line(result))
@@ -391,6 +363,7 @@ def cmd_play(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from robo_rl.export.onnx_export import PARITY_TOLERANCE, export_policy
 
+    _print_provenance(args.run)
     try:
         contract = export_policy(args.run, args.out)
     except ValueError as exc:
@@ -586,7 +559,9 @@ COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy"
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    args.argv = argv  # recorded in a run's provenance
     if args.command in ("train", "play", "export", "record"):
         from robo_rl.sim import set_training_process_defaults
 

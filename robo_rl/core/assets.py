@@ -1,32 +1,33 @@
 """Where the data folders live: `envs/`, `sim_configs/`, `hardware/`, `policies/`.
 
-One lookup with one search order, so a source checkout, an installed wheel and (later) an
-ament_python install all find the same files:
+One lookup with one search order, so a source checkout, an installed wheel (venv, `--user`,
+`--target`) and an ament_python node using the package all find the same files:
 
 1. the path as given, when it exists (absolute, or relative to the working directory);
 2. each folder listed in the environment variable `ROBO_RL_DATA` (separated by `os.pathsep`);
 3. the source checkout this package was imported from (the folder holding `robo_rl/` and `envs/`);
-4. the data installed with the package: `<prefix>/share/robo_rl` (the wheel's data files; the same
-   place an ament_python package puts its share files).
+4. the data shipped inside the package, `robo_rl/data/` (found with `importlib.resources`, so it
+   is wherever the package itself was installed).
 
-A relative name such as `envs/go2.xml` or `hardware/panda.yaml` is looked up under each root in
-turn. Imports nothing beyond the standard library (the robot side uses it too).
+The files live once, in `robo_rl/data/{envs,sim_configs,hardware,policies}`; a checkout's
+top-level `envs/`, `sim_configs/`, `hardware/`, `policies/` are symbolic links to them (the
+user-facing folders), and a wheel carries them as package data. A relative name such as
+`envs/go2.xml` or `hardware/panda.yaml` is looked up under each root in turn. Imports nothing
+beyond the standard library (the robot side uses it too).
 """
 
 from __future__ import annotations
 
 import os
-import site
-import sys
-import sysconfig
+from importlib import resources
 from pathlib import Path
 
 DATA_ENV_VAR = "ROBO_RL_DATA"
 """Extra data roots, searched before the checkout and the installed data."""
 DATA_FOLDERS = ("envs", "sim_configs", "hardware", "policies")
 """The top-level data folders (DESIGN.md, fixed layout)."""
-SHARE_SUBDIR = Path("share") / "robo_rl"
-"""Where the wheel installs the data folders, relative to an installation prefix."""
+PACKAGE_DATA = "data"
+"""The folder inside the `robo_rl` package that holds the data folders."""
 
 
 def checkout_root() -> Path | None:
@@ -35,27 +36,18 @@ def checkout_root() -> Path | None:
     return root if (root / "envs").is_dir() and (root / "pyproject.toml").is_file() else None
 
 
-def installed_roots() -> list[Path]:
-    """`share/robo_rl` under the prefixes a wheel may have been installed into (venv, system, --user)."""
-    prefixes = [Path(sysconfig.get_path("data")), Path(sys.prefix)]
-    user_base = getattr(site, "USER_BASE", None)
-    if user_base:
-        prefixes.append(Path(user_base))
-    out: list[Path] = []
-    for prefix in prefixes:
-        root = prefix / SHARE_SUBDIR
-        if root.is_dir() and root not in out:
-            out.append(root)
-    return out
+def package_data_root() -> Path | None:
+    """`robo_rl/data` of the imported package, or None when it is not a folder on disk (e.g. a zip import)."""
+    root = resources.files("robo_rl") / PACKAGE_DATA
+    return root if isinstance(root, Path) and root.is_dir() else None
 
 
 def data_roots() -> list[Path]:
-    """Search roots in order: $ROBO_RL_DATA entries, the source checkout, the installed data."""
+    """Search roots in order: $ROBO_RL_DATA entries, the source checkout, the data inside the package."""
     roots = [Path(p) for p in os.environ.get(DATA_ENV_VAR, "").split(os.pathsep) if p]
-    checkout = checkout_root()
-    if checkout is not None:
-        roots.append(checkout)
-    roots += installed_roots()
+    for root in (checkout_root(), package_data_root()):
+        if root is not None and root not in roots:
+            roots.append(root)
     return roots
 
 

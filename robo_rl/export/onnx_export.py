@@ -33,9 +33,11 @@ import torch
 from torch import Tensor, nn
 
 from robo_rl.core.contract import DeployContract
+from robo_rl.core.files import atomic_write
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 from robo_rl.learn.builders import build_env, load_policy, load_trained
-from robo_rl.learn.checkpoint import atomic_write, check_output_file
+from robo_rl.learn.checkpoint import check_output_file
+from robo_rl.learn.run_folder import read_provenance
 
 OPSET = 18
 PARITY_TOLERANCE = 1e-5
@@ -178,8 +180,9 @@ def export_policy(
 
     The contract's `extra["train_eval"]` records the policy's task metrics in simulation (one
     deterministic episode in each of `parity_envs` worlds), for comparison on the robot.
-    Returns the contract written. Raises ValueError (one line) for bad input or a failed parity
-    check; in both cases no file is left at `out` or beside it.
+    `extra["commit"]` (and `commit_dirty`) name the commit the run was started from, when its run
+    folder recorded one (`robo_rl.learn.run_folder`). Returns the contract written. Raises ValueError
+    (one line) for bad input or a failed parity check; in both cases no file is left at `out` or beside it.
     """
     from robo_rl.learn.evaluation import run_episodes
 
@@ -210,6 +213,10 @@ def export_policy(
         extra["task"] = cfg.task
         extra["iteration"] = int(state["iteration"])
         contract = dataclasses.replace(contract, extra=extra)
+    git = (read_provenance(ckpt_path.parent) or {}).get("git") or {}
+    if git.get("commit"):  # the code that trained it (robo_rl.learn.run_folder); "dirty": uncommitted changes
+        contract = dataclasses.replace(contract, extra={**contract.extra, "commit": git["commit"],
+                                                        "commit_dirty": bool(git.get("dirty"))})
     if hasattr(policy, "deploy_extra"):  # what the graph computes beyond an MLP (a flow policy's chain)
         contract = dataclasses.replace(contract, extra={**contract.extra, **policy.deploy_extra()})
     chunk = int(getattr(policy, "execute_steps", 1))  # actions per inference, run open-loop on the robot

@@ -1,14 +1,10 @@
-"""Run folders: atomic writes (temp file, fsync, rename), pickle-free loads (`weights_only=True`), the run lock.
+"""Checkpoints: atomic saves, pickle-free loads (`weights_only=True`), their names and the latest of a run.
 
-The run lock is an OS lock (`fcntl.flock`) on `<run>/.lock`, held by the one process that trains in
-the folder. The kernel drops it when that process ends, however it ends (SIGKILL included), so a
-lock can never go stale; the file itself only carries the holder's pid for the error message.
+The run folder around them (config, provenance, lock) is `robo_rl.learn.run_folder`.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -16,16 +12,11 @@ from typing import Any
 
 import torch
 
-from robo_rl.core.config import ConfigError, UserError
-from robo_rl.core.files import atomic_write  # noqa: F401  (re-exported: export, runner, video use it from here)
+from robo_rl.core.config import ConfigError
+from robo_rl.core.files import atomic_write
 
-LOCK_FILE = ".lock"
 CHECKPOINT_KEYS = ("iteration", "train_time", "config", "config_hash", "algo", "env", "episode_return")
 """Top-level keys of a training checkpoint (see `Runner.save`; off-policy runs add `replay`)."""
-
-
-class RunInUse(UserError):
-    """Another process holds the run folder's lock."""
 
 _NAME = re.compile(r"^model_(\d+)\.pt$")
 
@@ -80,45 +71,6 @@ def check_output_file(path: str | Path, what: str) -> None:
     except OSError as exc:
         raise ConfigError(f"{what} {str(p)!r} cannot be written: {exc.strerror or type(exc).__name__} "
                           f"in {str(folder)!r}") from None
-
-
-class RunLock:
-    """Exclusive lock on a run folder for as long as this object is open (use as a context manager).
-
-    Args:
-        run_dir: the run folder (must exist).
-
-    Raises:
-        RunInUse: another live process holds the lock.
-    """
-
-    def __init__(self, run_dir: str | Path):
-        self.path = Path(run_dir) / LOCK_FILE
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise RunInUse(f"run {str(run_dir)!r} is in use by another process (pid {holder}); "
-                           "wait for it to finish or stop it first") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd: int | None = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)  # closing the descriptor drops the flock
-            self._fd = None
-
-    def __enter__(self) -> RunLock:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def checkpoint_name(iteration: int) -> str:

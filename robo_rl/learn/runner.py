@@ -21,13 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from robo_rl.core.config import TrainConfig
 from robo_rl.learn.algorithms import algorithm_entry
 from robo_rl.learn.builders import build_algorithm, build_env, build_policy
 from robo_rl.learn.checkpoint import (
-    atomic_write,
     checkpoint_name,
     latest_checkpoint,
     load_checkpoint,
@@ -35,8 +33,6 @@ from robo_rl.learn.checkpoint import (
     save_checkpoint,
 )
 from robo_rl.learn.logger import TrainLogger
-
-CONFIG_FILE = "config.yaml"
 
 
 class TrainingDiverged(RuntimeError):
@@ -97,12 +93,6 @@ def non_finite_update(stats: dict[str, float], module: torch.nn.Module) -> str:
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             return f"parameter {name}"
     return ""
-
-
-def write_config(run_dir: Path, cfg: TrainConfig) -> None:
-    """Write `<run_dir>/config.yaml` atomically (a crash leaves the old file or the new one, never half)."""
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-    atomic_write(Path(run_dir) / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text))
 
 
 class Runner:

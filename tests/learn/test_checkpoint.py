@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from robo_rl.core.config import ConfigError
-from robo_rl.learn.checkpoint import atomic_write, latest_checkpoint, load_checkpoint, save_checkpoint
+from robo_rl.core.files import atomic_write
+from robo_rl.learn.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 
 
 def test_failed_write_leaves_nothing(tmp_path):
@@ -39,18 +40,6 @@ def test_pickled_objects_are_refused(tmp_path):
     torch.save({"obj": object()}, path)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_checkpoint(path)
-
-
-def test_run_lock_is_exclusive_and_released(tmp_path):
-    import os
-
-    from robo_rl.learn.checkpoint import RunInUse, RunLock
-
-    with RunLock(tmp_path):
-        assert (tmp_path / ".lock").read_text().strip() == str(os.getpid())
-        with pytest.raises(RunInUse, match=rf"is in use by another process \(pid {os.getpid()}\)"):
-            RunLock(tmp_path)  # a second open file description conflicts even within one process
-    RunLock(tmp_path).release()  # released: lockable again
 
 
 def test_torch_file_that_is_not_a_checkpoint(tmp_path):

@@ -28,7 +28,7 @@ from std_srvs.srv import Trigger
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
-from robo_rl.deploy.session import observes_ee
+from robo_rl.deploy.runtime import observes_ee
 from robo_rl_ros.messages import CLASSES, message_types, qos
 from robo_rl_ros.ros_robot import RosRobot
 

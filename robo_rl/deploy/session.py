@@ -132,6 +132,25 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     return runtime
 
 
+def rehearse(runtime: PolicyRuntime, duration_s: float) -> dict[str, float]:
+    """The twin rehearsal fast-forward: RAMP, POLICY once READY, for `duration_s` of robot time (or until DAMP /
+    ESTOP), then DAMP and a last damping command; returns the controller's stats.
+
+    `runtime` comes from `open_session(..., realtime=False)` on a rehearsal transport (its robot keeps `time`).
+    """
+    c, robot = runtime.controller, runtime.robot
+    c.request_ramp()
+    end = robot.time + duration_s
+    try:
+        while robot.time < end and c.mode not in (Mode.DAMP, Mode.ESTOP):
+            c.tick(robot.time)
+            if c.mode is Mode.READY:
+                runtime.start()
+    finally:
+        runtime.deactivate()  # DAMP and a last damping command, whatever happened
+    return c.stats()
+
+
 # ---------------------------------------------------------------------------------------------- live
 def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[str, Any] | None = None,
                commands: Mapping[str, object] | None = None,

@@ -30,6 +30,7 @@ observation and the filtered command (recording); `diagnostics()` for /diagnosti
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
@@ -238,6 +239,9 @@ class PolicyRuntime:
             raise ValueError("already active")
         first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
         c = self.attach(robot)
+        # Collect the start-up garbage now (imports, loading): a full collection triggered in the first ticks
+        # pauses every thread, the twin's physics included, for tens of ms (a stale-state fault on a busy host).
+        gc.collect()
         c.request_ramp()
         self._stop.clear()
         self._thread = threading.Thread(target=c.run, kwargs={"stop_event": self._stop}, daemon=True,

@@ -89,8 +89,8 @@ PING, PONG = "rt/robo_rl_bench/ping", "rt/robo_rl_bench/pong"
 def dds_echo(domain: int, seconds: float) -> None:
     """The second process of the round trip: send every ping straight back (from the listener thread)."""
     from robo_rl.deploy import ros_interface as names
-    from robo_rl.deploy.transports import dds_types as dt
-    from robo_rl.deploy.transports.dds import DdsEndpoint
+    from robo_rl.deploy.transports.dds import dds_types as dt
+    from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
 
     endpoint = DdsEndpoint(domain)
     pong = endpoint.writer(PONG, dt.JointState, names.COMMAND_QOS)
@@ -103,8 +103,8 @@ def dds_round_trip(domain: int, pings: int) -> np.ndarray:
     """Seconds per round trip of `pings` JointState messages through an echoing second process."""
     from robo_rl.deploy import ros_interface as names
     from robo_rl.deploy import ros_messages as rm
-    from robo_rl.deploy.transports import dds_types as dt
-    from robo_rl.deploy.transports.dds import DdsEndpoint
+    from robo_rl.deploy.transports.dds import dds_types as dt
+    from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
 
     echo = subprocess.Popen([sys.executable, __file__, "--dds-echo", str(domain)], env=_dds_env())
     endpoint = DdsEndpoint(domain)
@@ -216,7 +216,7 @@ def main() -> None:
             targets.append(("loop_jitter_p99_ms_50hz", jitter_p99, "<", 1.0))
 
     if not args.no_dds:
-        from robo_rl.deploy.transports.dds import MAX_DOMAIN_ID, loopback_config
+        from robo_rl.deploy.transports.dds.settings import MAX_DOMAIN_ID, loopback_config
 
         os.environ["CYCLONEDDS_URI"] = loopback_config()  # loopback only; the child processes inherit it
         domain = random.SystemRandom().randint(1, MAX_DOMAIN_ID)

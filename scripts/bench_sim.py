@@ -1,4 +1,4 @@
-"""Benchmark: physics steps/s of our batched env vs raw `mujoco.rollout` and vs gymnasium.
+"""Benchmark: physics steps/s of our batched env vs raw `mujoco.rollout`.
 
 For each task, in one run and on the same model, N and decimation:
   ours       TaskEnv.step (actions -> ctrl, threaded physics, observations, rewards, auto-reset)
@@ -6,15 +6,11 @@ For each task, in one run and on the same model, N and decimation:
              each of its chunks starts from our env's current worlds, so both do the same physics
   paused     raw again, busy-waiting after each call for as long as ours spent outside physics per
              step: what a pause of that length alone costs on this machine (no target)
-  gymnasium  the task's single-world gymnasium.Env (`single_world_envs.py`: one MjData, mj_step, the
-             same observations, reward terms, terminations and resets in numpy, tested equal to
-             ours), run alone, in SyncVectorEnv and in AsyncVectorEnv; the fastest of the three counts.
-Physics steps/s = worlds x policy steps x decimation / seconds. All six loops stay alive and take
+Physics steps/s = worlds x policy steps x decimation / seconds. All three loops stay alive and take
 turns in short timed chunks (one chunk each per round, after a few untimed steps that warm it up
 again), so every comparison is made within the same spell of a shared machine. Rates are medians
-over rounds; each ratio is the median of the per-round ratios (vs gymnasium: against the fastest
-of its three variants in that round). A single chunk can be off by 10-30 % on this shared machine,
-so the default runs 40 rounds (1-2 min per task).
+over rounds; each ratio is the median of the per-round ratios. A single chunk can be off by 10-30 %
+on this shared machine, so the default runs 40 rounds (1-2 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
     python scripts/bench_sim.py --quick         # smaller, for a smoke test
@@ -38,12 +34,10 @@ from robo_rl.sim import set_training_process_defaults
 set_training_process_defaults()  # before torch is imported, as the CLI does
 
 # isort: on
-import gymnasium as gym  # noqa: E402
 import mujoco  # noqa: E402
 import mujoco.rollout  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from single_world_envs import make_single, task_spec  # noqa: E402  (scripts/, next to this file)
 
 from robo_rl.tasks import make_env  # noqa: E402
 
@@ -131,40 +125,7 @@ class RawLoop:
         self.pool.close()
 
 
-class GymLoop:
-    """The single-world gymnasium env alone (`single`), in SyncVectorEnv (8 copies) or AsyncVectorEnv
-    (one process per core)."""
-
-    def __init__(self, task: str, kind: str, actions: np.ndarray):
-        spec = task_spec(task)
-        self.kind, self.actions, self.i = kind, actions, 0  # actions (16, >= 8, A)
-        if kind == "single":
-            self.env, self.num = make_single(spec), 1
-        else:
-            cls, self.num = {"sync": (gym.vector.SyncVectorEnv, 8), "async": (gym.vector.AsyncVectorEnv, CORES)}[kind]
-            self.env = cls([lambda: make_single(spec) for _ in range(self.num)])
-        self.env.reset(seed=0)
-        self.physics_steps = self.num * spec.cfg.decimation  # per (vector) step
-
-    def run(self, k: int) -> float:
-        """Seconds for k steps (of every copy)."""
-        t = time.perf_counter()
-        for _ in range(k):
-            a = self.actions[self.i % len(self.actions)]
-            self.i += 1
-            if self.kind == "single":
-                _, _, term, trunc, _ = self.env.step(a[0])
-                if term or trunc:
-                    self.env.reset()
-            else:
-                self.env.step(a[: self.num])
-        return time.perf_counter() - t
-
-    def close(self) -> None:
-        self.env.close()
-
-
-def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[str, list[float]]:
+def measure(task: str, n: int, rounds: int, steps: int) -> dict[str, list[float]]:
     """Physics steps/s of every loop, per round; all loops take turns within each round.
 
     Short interleaved chunks put every side of a comparison in the same spell of a shared machine.
@@ -175,10 +136,6 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
     gen = torch.Generator().manual_seed(0)
     actions = 0.3 * torch.randn(16, n, a_dim, generator=gen)  # (16, N, A) cycled
     loops = {"ours": OursLoop(task, n, actions), "raw": RawLoop(task, n, actions), "paused": RawLoop(task, n, actions)}
-    for kind in ("single", "sync", "async"):
-        loops[kind] = GymLoop(task, kind, actions[:, :8].numpy())
-    batched = ("ours", "raw", "paused")
-    chunk = {name: steps if name in batched else max(1, gym_steps // loop.num) for name, loop in loops.items()}
     rates: dict[str, list[float]] = {name: [] for name in loops}
     rates["pause_ms"] = []
     ours = loops["ours"]
@@ -189,8 +146,8 @@ def measure(task: str, n: int, rounds: int, steps: int, gym_steps: int) -> dict[
             if name == "paused":
                 loop.pause_s = ours.pause_s
                 rates["pause_ms"].append(ours.pause_s * 1e3)
-            loop.run(max(1, chunk[name] // 5))  # untimed: the loop before it has cooled this one's caches
-            rates[name].append(loop.physics_steps * chunk[name] / loop.run(chunk[name]))
+            loop.run(max(1, steps // 5))  # untimed: the loop before it has cooled this one's caches
+            rates[name].append(loop.physics_steps * steps / loop.run(steps))
     for loop in loops.values():
         loop.close()
     return rates
@@ -345,7 +302,6 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
     p.add_argument("--rounds", type=int, default=40, help="rounds; each loop runs one timed chunk per round")
-    p.add_argument("--gym-steps", type=int, default=1000, help="single-world env steps per gymnasium chunk")
     p.add_argument("--quick", action="store_true", help="N=256, fewer chunks, for a smoke test")
     p.add_argument("--backend", choices=("mujoco_cpu", "mujoco_warp"), default="mujoco_cpu")
     p.add_argument("--device", default="cpu", help="mujoco_warp: cpu (Warp's CPU device) or cuda:N")
@@ -353,7 +309,7 @@ def main() -> None:
     p.add_argument("--ppo-iterations", type=int, default=10, help="mujoco_warp on a GPU: timed PPO iterations")
     args = p.parse_args()
     if args.quick:
-        args.num_envs, args.steps, args.gym_steps, args.rounds = 256, 10, 200, 3
+        args.num_envs, args.steps, args.rounds = 256, 10, 3
     if args.backend == "mujoco_warp":
         if args.quick:
             args.num_envs, args.steps, args.rounds, args.ppo_envs, args.ppo_iterations = 32, 4, 3, 512, 2
@@ -364,10 +320,9 @@ def main() -> None:
     print(f"medians over {args.rounds} rounds; in each round every loop runs one chunk in turn")
     targets = []
     for task in args.tasks:
-        rates = measure(task, args.num_envs, args.rounds, args.steps, args.gym_steps)
+        rates = measure(task, args.num_envs, args.rounds, args.steps)
         med = {name: statistics.median(r) for name, r in rates.items()}
-        gyms = [rates[k] for k in ("single", "sync", "async")]
-        vs_raw, vs_gym = median_ratio(rates["ours"], [rates["raw"]]), median_ratio(rates["ours"], gyms)
+        vs_raw = median_ratio(rates["ours"], [rates["raw"]])
         print(f"\n{task}: physics steps/s (median)            ours / this (median of per-round ratios)")
         print(f"  ours (TaskEnv, {args.num_envs} worlds)     {med['ours']:>12,.0f}")
         q1, _, q3 = statistics.quantiles([o / r for o, r in zip(rates["ours"], rates["raw"], strict=True)], n=4)
@@ -377,13 +332,8 @@ def main() -> None:
         ceiling = median_ratio(rates["paused"], [rates["raw"]])
         print(f"  raw, pausing {med['pause_ms']:.2f} ms per call      {med['paused']:>12,.0f}   {vs_paused:.2f}"
               f"   (ours' time outside physics; this / raw = {ceiling:.2f})")
-        for name in ("single", "sync", "async"):
-            ratio = median_ratio(rates["ours"], [rates[name]])
-            print(f"  gymnasium {name:<6}                   {med[name]:>12,.0f}   {ratio:.2f}")
-        print(f"  fastest gymnasium of each round                 {vs_gym:.2f}")
         short = "quadruped" if task.startswith("quadruped") else "arm"
         targets.append((f"env_vs_raw_rollout_{short}", vs_raw, ">=", 0.85))
-        targets.append((f"env_vs_gymnasium_{short}", vs_gym, ">=", 2.0))
     print()
     for name, value, op, goal in targets:
         ok = value >= goal if op == ">=" else value <= goal

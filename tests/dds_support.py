@@ -23,7 +23,7 @@ from tests.conftest import REPO
 
 pytest.importorskip("cyclonedds", reason="the DDS transport needs cyclonedds (pip install '.[dds]')")
 
-from robo_rl.deploy.transports.dds import MAX_DOMAIN_ID, loopback_config  # noqa: E402
+from robo_rl.deploy.transports.dds.settings import MAX_DOMAIN_ID, loopback_config  # noqa: E402
 
 LOOPBACK_URI = loopback_config()
 
@@ -83,8 +83,8 @@ class Probe:
 
     def __init__(self, domain: int, listen: dict[str, type] | None = None):
         from robo_rl.deploy import ros_interface as names
-        from robo_rl.deploy.transports import dds_types as dt
-        from robo_rl.deploy.transports.dds import DdsEndpoint
+        from robo_rl.deploy.transports.dds import dds_types as dt
+        from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
 
         self.names, self.dt = names, dt
         self.endpoint = DdsEndpoint(domain)

@@ -78,8 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--policy", required=True, metavar="policies/X.onnx")
     dp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
     dp.add_argument("--transport", default="sim",
-                    help="how to reach the robot: sim (the MuJoCo twin, in-process) or dds (a real robot or "
-                         "`robo-rl twin` over DDS, ROS 2 wire format; POLICY starts when the operator types start)")
+                    help="how to reach the robot, a registered transport: sim (the MuJoCo twin, in-process) or dds "
+                         "(a real robot or `robo-rl twin` over DDS, ROS 2 wire format; POLICY starts when the "
+                         "operator types start)")
     dp.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     dp.add_argument("--velocity", metavar="VX,VY,WZ", help="velocity command for legged policies")
     dp.add_argument("--target", metavar="X,Y,Z", help="end-effector target for reaching policies (base frame, m)")
@@ -404,13 +405,56 @@ def _stop_on_signals() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
+# Flags a transport takes only if it lists the option (Transport.options), and flags of operator-started
+# (real, not rehearsal) transports: (flag, ConnectOptions field or None, given?).
+_TRANSPORT_FLAGS = (
+    ("--latency", "latency_s", lambda a: a.latency != 0.0),
+    ("--noise", "noise_std", lambda a: a.noise != 0.0),
+    ("--domain-id", "domain_id", lambda a: a.domain_id != 0),
+    ("--command-interface", "command_interface", lambda a: a.command_interface is not None),
+    ("--dry-run", None, lambda a: a.dry_run),
+    ("--reset-module", None, lambda a: a.reset_module != "home"),
+    ("--reward", None, lambda a: bool(a.rewards)),
+)
+
+
+def _takes(entry: Any, option: str | None) -> bool:
+    """Whether a transport takes a ConnectOptions field (None: an operator flag, for real transports only)."""
+    return not entry.rehearsal if option is None else option in entry.options
+
+
+def _transport_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    """The ConnectOptions the user chose for transport `name`; UserError for a flag it does not take."""
+    from robo_rl.deploy.session import available_transports, transport
+
+    try:
+        entry = transport(name)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    given = [(flag, option) for flag, option, is_given in _TRANSPORT_FLAGS if is_given(args)]
+    refused = [(flag, option) for flag, option in given if not _takes(entry, option)]
+    if refused:
+        takers = [n for n, e in available_transports().items() if all(_takes(e, o) for _, o in refused)]
+        raise UserError(f"{', '.join(f for f, _ in refused)}: only with --transport {' or '.join(takers) or '?'} "
+                        f"(got --transport {name})")
+    values = {"latency_s": args.latency, "noise_std": args.noise, "domain_id": args.domain_id,
+              "command_interface": args.command_interface}
+    return {option: values[option] for option in entry.options if option in values}
+
+
+def _warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
 def cmd_deploy(args: argparse.Namespace) -> int:
     """Deploy: exit 0 after a normal end or Ctrl-C, 1 when the robot stopped on a fault, 2 for bad input.
 
     Operator commands are parsed and checked (finite, clamped into the trained range with a warning)
-    before anything connects to the robot.
+    before anything connects to the robot. The transport comes from the registry; on a real one POLICY
+    starts only on the operator's `start`, the sim twin's rehearsal starts it once READY.
     """
-    from robo_rl.deploy.session import open_session, run_live
+    from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
+    from robo_rl.deploy.session import deploy_exit_code, run_deploy
     from robo_rl.deploy.state_machine import Mode
 
     wanted = {}
@@ -421,73 +465,45 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
-    if args.transport == "dds":
-        return _deploy_dds(args, wanted)
-    dds_only = [flag for flag, given in (("--domain-id", args.domain_id != 0), ("--dry-run", args.dry_run),
-                                         ("--command-interface", args.command_interface is not None),
-                                         ("--reset-module", args.reset_module != "home"),
-                                         ("--reward", bool(args.rewards))) if given]
-    if dds_only:
-        raise UserError(f"{', '.join(dds_only)}: only with --transport dds (got --transport {args.transport})")
-    wrap, holder = None, {}
-    if args.record:
-        from robo_rl.demos.recorder import recording_wrapper
-
-        wrap, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}")
+    options = _transport_options(args, args.transport)
     try:
-        session = open_session(args.policy, args.robot, args.transport, latency_s=args.latency, noise_std=args.noise,
-                               commands=wanted, allow_unsafe_hardware=args.allow_unsafe_hardware, wrap_robot=wrap,
-                               realtime_priority=args.realtime_priority)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-    rec = holder.get("rec")
-    if rec is not None:
-        rec.gate = lambda: session.controller.mode is Mode.POLICY
-    contract = session.policy.policy.contract
-    commands = session.policy.commands
-    print(f"deploying {args.policy} on {session.hw.robot} ({args.transport}) at {1 / contract.policy_dt:g} Hz; "
-          f"commands {({k: v.round(3).tolist() for k, v in commands.items()})}; Ctrl-C stops safely", flush=True)
-    _stop_on_signals()
-    stats = run_live(session, args.duration)
-    c = session.controller
-    print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
-          f"period p99 {stats['period_p99'] * 1e3:.2f} ms", flush=True)
-    if rec is not None:
-        rec.writer.close()  # commits the episode still open
-        r = rec.report()
-        print(f"recorded {r['frames']} frames into {args.record}, dropped {r['dropped']}", flush=True)
-    fault = c.state_machine.fault_reason or ("estop" if c.mode is Mode.ESTOP else None)
-    if fault is not None:
-        detail = f": {c.last_error}" if c.last_error else ""
-        print(f"robo-rl: deploy stopped on fault {fault}{detail}", file=sys.stderr, flush=True)
-        return 1
-    return 0
-
-
-def _deploy_dds(args: argparse.Namespace, wanted: dict[str, np.ndarray]) -> int:
-    """Deploy over DDS: POLICY only after the operator's `start` (stdin or rt/robo_rl/operator)."""
-    from robo_rl.deploy.dds_session import deploy_exit_code, run_dds_deploy
-    from robo_rl.deploy.hardware import load_hardware
-    from robo_rl.deploy.runtime import RuntimeConfig
-    from robo_rl.deploy.transports.dds import DdsSettings
-
-    try:
-        interface = args.command_interface
-        if interface is None:  # the hardware file's choice, else pd_targets
-            from robo_rl.core.assets import find_asset
-
-            hw = load_hardware(find_asset(args.robot, what="hardware file"),
-                               allow_unsafe=args.allow_unsafe_hardware, warn=lambda line: None)
-            interface = DdsSettings.from_hardware(hw).command_interface
-        config = RuntimeConfig(policy_path=args.policy, hardware_config=args.robot, command_interface=interface,
-                               dry_run=args.dry_run, reset_module=args.reset_module, rewards=tuple(args.rewards),
+        config = RuntimeConfig(policy_path=args.policy, hardware_config=args.robot,
+                               command_interface=args.command_interface, dry_run=args.dry_run,
+                               reset_module=args.reset_module, rewards=tuple(args.rewards),
                                allow_unsafe_hardware=args.allow_unsafe_hardware,
                                realtime_priority=args.realtime_priority)
-        _stop_on_signals()
-        runtime = run_dds_deploy(config, domain_id=args.domain_id, duration_s=args.duration, commands=wanted,
-                                 record=args.record)
+        runtime = PolicyRuntime(config, log=lambda line: print(f"\n{line}", flush=True), warn=_warn)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    wrap, holder = None, {}
+    if args.record:  # the recorder is built here and handed to the deploy core (which never imports demos)
+        from robo_rl.demos.recorder import recording_wrapper
+
+        wrap_recorder, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}")
+
+        def wrap(robot: Any) -> Any:
+            rec = wrap_recorder(robot)
+            rec.gate = lambda: runtime.controller is not None and runtime.controller.mode is Mode.POLICY
+            return rec
+
+        def end_episode(event: Any) -> None:
+            rec = holder.get("rec")
+            if rec is not None and event.kind in ("success", "failure", "reset") and rec._open:
+                rec.end_episode()
+
+        runtime.subscribe(on_event=end_episode)
+    _stop_on_signals()
+    try:
+        run_deploy(runtime, args.transport, options=options, commands=wanted, wrap_robot=wrap,
+                   duration_s=args.duration)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        rec = holder.get("rec")
+        if rec is not None:
+            rec.writer.close()  # commits the episode still open
+            r = rec.report()
+            print(f"recorded {r['frames']} frames into {args.record}, dropped {r['dropped']}", flush=True)
     c = runtime.controller
     stats = c.stats()
     print(f"stopped in {c.mode.name}; ticks {stats['ticks']}, missed {stats['missed_ticks']}, "
@@ -501,18 +517,23 @@ def _deploy_dds(args: argparse.Namespace, wanted: dict[str, np.ndarray]) -> int:
 # ---------------------------------------------------------------------------------------------- twin
 def cmd_twin(args: argparse.Namespace) -> int:
     """Serve the twin until Ctrl-C / SIGTERM / --duration: exit 0; bad input: 2."""
-    from robo_rl.deploy.dds_session import run_twin
+    from robo_rl.deploy.session import available_transports, transport
 
-    if args.transport != "dds":
-        raise UserError(f"--transport {args.transport!r}: the twin is served over dds only")
+    try:
+        entry = transport(args.transport)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    if entry.serve_twin is None:
+        servers = [n for n, e in available_transports().items() if e.serve_twin is not None]
+        raise UserError(f"--transport {args.transport!r}: the twin is served over {' or '.join(servers)} only")
     for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
     _stop_on_signals()
     try:
-        run_twin(args.robot, domain_id=args.domain_id, rate_hz=args.rate, duration_s=args.duration,
-                 command_interface=args.command_interface, physics_dt=args.physics_dt, latency_s=args.latency,
-                 noise_std=args.noise)
+        entry.serve_twin(args.robot, domain_id=args.domain_id, rate_hz=args.rate, duration_s=args.duration,
+                         command_interface=args.command_interface, physics_dt=args.physics_dt,
+                         latency_s=args.latency, noise_std=args.noise)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return 0

@@ -1,5 +1,6 @@
 """The robot side: runs exported policies with numpy and onnxruntime only (never torch or mujoco).
 
-Only `transports/sim.py` (the MuJoCo twin) imports mujoco, and only `transports/dds.py`,
-`dds_types.py` and `unitree.py` import cyclonedds, each only when that transport is chosen.
+One wiring path (`runtime.PolicyRuntime`, run live by `session`) over any transport of the open registry
+`robot.TRANSPORTS`. Only `transports/sim.py` (the MuJoCo twin) imports mujoco, and only the `transports/dds/`
+package imports cyclonedds, each only when that transport is chosen.
 """

@@ -20,6 +20,7 @@ import numpy as np
 
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import RobotState
+from robo_rl.deploy.safety import gravity_tilt
 
 
 # ---------------------------------------------------------------------------------------------- pure terms
@@ -174,8 +175,6 @@ class VelocityTrackingReward:
         pass
 
     def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
-        from robo_rl.deploy.safety import gravity_tilt
-
         if state.base_lin_vel is None or state.imu_gyro is None:
             raise ValueError("velocity_tracking reward needs a base velocity estimate (state.base_lin_vel) and a gyro")
         command = commands.get("velocity_command")

@@ -1,11 +1,16 @@
-"""What the robot reports and what it is sent: the RobotInterface contract of DESIGN.md."""
+"""What the robot reports and what it is sent (the RobotInterface contract of DESIGN.md), and how it is reached:
+the open registry of transports."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+from robo_rl.core.registry import Registry
+from robo_rl.deploy.hardware import HardwareSpec
 
 
 @dataclass(frozen=True)
@@ -70,3 +75,70 @@ class RobotInterface(Protocol):
 
     def close(self) -> None:
         ...
+
+
+# ---------------------------------------------------------------------------------------------- transports
+@dataclass(frozen=True, kw_only=True)
+class ConnectOptions:
+    """What a transport may use to connect (each transport reads the fields it knows; see Transport.options)."""
+
+    control_dt: float
+    """Control period (s): the policy's."""
+    realtime: bool = True
+    """False: the robot advances one control period per command (the sim twin's fast-forward rehearsal)."""
+    physics_dt: float | None = None
+    """The contract's physics time step (s): a simulated twin uses it, as training did."""
+    latency_s: float = 0.0
+    """Simulated command latency (s)."""
+    noise_std: float = 0.0
+    """Simulated sensor noise std."""
+    seed: int = 0
+    """Seed of simulated noise."""
+    domain_id: int = 0
+    """DDS domain (ROS_DOMAIN_ID)."""
+    command_interface: str | None = None
+    """ROS 2 command interface (forward_position, joint_trajectory, pd_targets); None: the hardware file's."""
+    needs_ee: bool = False
+    """The policy observes the end-effector position: wait for it too."""
+
+
+class OperatorLink(Protocol):
+    """A transport's own operator channel (e.g. DDS topics): words in, diagnostics and events out."""
+
+    hint: str
+    """One line saying how the operator reaches the robot through it (printed at start)."""
+
+    def requests(self) -> list[str]:
+        """Operator words received since the last call, oldest first."""
+        ...
+
+    def publish_diagnostics(self, stamp: float, level: str, message: str, values: Mapping[str, object]) -> None: ...
+
+    def publish_event(self, text: str) -> None: ...
+
+    def publish_record(self, observation: np.ndarray | None, command: JointCommand) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transport:
+    """How the deploy core reaches a robot: registered in TRANSPORTS under its name, where it is defined."""
+
+    connect: Callable[[HardwareSpec, ConnectOptions], RobotInterface]
+    """Open the connection (ValueError, one line, for a bad option or setting)."""
+    rehearsal: bool = False
+    """True for a twin only: POLICY may start on its own once READY, and realtime=False (fast-forward) is allowed.
+    False (a real robot): POLICY starts only on the operator's explicit `start`."""
+    options: frozenset[str] = frozenset()
+    """ConnectOptions / command-line options it uses beyond control_dt, realtime, physics_dt and needs_ee."""
+    operator_link: Callable[[RobotInterface, Any], OperatorLink] | None = None
+    """(robot as connected, PolicyRuntime) -> the transport's operator channel; None: stdin only."""
+    serve_twin: Callable[..., int] | None = None
+    """`robo-rl twin --transport NAME`: serve the MuJoCo twin of a hardware file on this transport."""
+    help: str = ""
+    """One line for `--help` and messages."""
+
+
+TRANSPORTS: Registry[Transport] = Registry("transport", field="--transport", entry_type=Transport)
+"""Transports by name. A built-in one (robo_rl.deploy.transports.<name>) registers itself when its module is
+imported, which `robo_rl.deploy.session.transport` does only when that name is chosen (the twin needs mujoco,
+DDS cyclonedds); others register from anywhere (a test, a user's script) before they are chosen."""

@@ -1,7 +1,11 @@
-"""PolicyRuntime: the policy node's logic, independent of how the robot and the operator are reached.
+"""PolicyRuntime: the one wiring of the deploy core, independent of how the robot and the operator are reached.
 
-The rclpy lifecycle node in ros_ws (`robo_rl_ros.policy_node`) and `robo-rl deploy --transport dds` are
-both thin shells over this class: they turn subscriptions, services and keys into its method calls.
+It loads and cross-checks the policy and the hardware file, builds the safety filter, state machine and
+Controller over any RobotInterface, runs the loop on its own thread, and carries out operator actions with
+the reset and reward modules. Every way of deploying is a thin shell over it: `robo_rl.deploy.session`
+(`robo-rl deploy` on any registered transport: the sim twin's rehearsal, DDS; `open_session` for stepping
+the controller by hand) and the rclpy lifecycle node in ros_ws (`robo_rl_ros.policy_node`), which turn
+subscriptions, services and keys into its method calls.
 
 Lifecycle (as a ROS 2 lifecycle node's):
     configure  load the ONNX policy and check its contract against the hardware file (nothing moves)
@@ -26,22 +30,24 @@ observation and the filtered command (recording); `diagnostics()` for /diagnosti
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from robo_rl.core.assets import find_asset
 from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller, check_realtime_priority
-from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.policy import PolicyStep
+from robo_rl.deploy.hardware import HardwareSpec, load_hardware
+from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.reset_modules import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
 from robo_rl.deploy.reward_modules import REWARD_MODULES, EpisodeEvent, EpisodeTracker, OperatorLabelReward, make_reward
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, OPERATOR_REQUESTS
-from robo_rl.deploy.session import default_pose, load_for_deploy
 from robo_rl.deploy.state_machine import Mode
 
 RUNTIME_REQUESTS = OPERATOR_REQUESTS + ("success", "failure", "confirm")
@@ -56,8 +62,9 @@ class RuntimeConfig:
     """Exported policy (policies/<name>.onnx), found like every asset (path, $ROBO_RL_DATA, checkout, install)."""
     hardware_config: str
     """Robot description (hardware/<robot>.yaml): the one source of joint names, limits and gains."""
-    command_interface: str = "forward_position"
-    """How commands reach the robot: forward_position, joint_trajectory or pd_targets (ros_interface)."""
+    command_interface: str | None = "forward_position"
+    """How commands reach the robot: forward_position, joint_trajectory or pd_targets (ros_interface); None: the
+    transport's default (the hardware file's)."""
     dry_run: bool = False
     """Run everything (state, policy, filter, recording) but send no command to the robot."""
     cmd_vel_timeout_s: float = 0.5
@@ -80,7 +87,7 @@ class RuntimeConfig:
 
     def validate(self) -> None:
         """ValueError (one line) for a bad field."""
-        if self.command_interface not in COMMAND_INTERFACES:
+        if self.command_interface is not None and self.command_interface not in COMMAND_INTERFACES:
             raise ValueError(f"command_interface {self.command_interface!r}: allowed values are "
                              f"{', '.join(COMMAND_INTERFACES)}")
         for key in ("cmd_vel_timeout_s", "diagnostics_period_s", "state_wait_s"):
@@ -94,6 +101,29 @@ class RuntimeConfig:
         for name in self.rewards:
             if name not in REWARD_MODULES:
                 raise ValueError(f"rewards: {name!r} is not a reward module; allowed: {', '.join(REWARD_MODULES)}")
+
+
+def load_for_deploy(policy_path: str | Path, hardware_path: str | Path, *,
+                    commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
+                    warn: Callable[[str], None] | None = None) -> tuple[HardwareSpec, PolicyStep]:
+    """Load and cross-check hardware file, policy and operator commands (ValueError, one line); touches no robot."""
+    hw = load_hardware(find_asset(hardware_path, what="hardware file"), allow_unsafe=allow_unsafe_hardware, warn=warn)
+    onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
+    policy = PolicyStep(onnx_policy, hw, commands, warn=warn)  # validates the contract and the commands
+    return hw, policy
+
+
+def default_pose(policy: PolicyStep, hw: HardwareSpec) -> np.ndarray:
+    """(J,) pose RAMP moves to and READY holds: the policy's default; mid-range for joints it does not drive."""
+    q = policy.default_q.copy()
+    undriven = np.setdiff1d(np.arange(len(hw.joint_names)), policy.robot_index)
+    q[undriven] = (hw.joint_lower[undriven] + hw.joint_upper[undriven]) / 2
+    return q
+
+
+def observes_ee(policy: PolicyStep) -> bool:
+    """True when the policy observes the end-effector position (the robot must report it)."""
+    return any(t.name == "ee_pos" for t in policy.policy.contract.observation)
 
 
 class DryRunRobot:
@@ -152,17 +182,20 @@ class PolicyRuntime:
         on_record: receives (observation (O,) or None, filtered command) every POLICY tick (~/observation,
             ~/action); control thread: be quick.
         log: receives one line per operator action result and per problem (default: print).
+        warn: receives warning lines (loading, the controller's); default: `log`.
         clock: monotonic time source (s), shared with the Controller.
     """
 
     def __init__(self, config: RuntimeConfig, *, on_event: Callable[[EpisodeEvent], None] | None = None,
                  on_record: Callable[[np.ndarray | None, JointCommand], None] | None = None,
-                 log: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
+                 log: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         config.validate()
         self.config = config
-        self._on_event = on_event
-        self._on_record = on_record
+        self._event_sinks = [on_event] if on_event is not None else []
+        self._record_sinks = [on_record] if on_record is not None else []
         self._log = log or (lambda line: print(line, flush=True))
+        self._warn = warn or self._log
         self._clock = clock
         self._lock = threading.Lock()  # operator inputs
         self._episode_lock = threading.RLock()  # tracker and events: control thread vs operator threads
@@ -191,7 +224,7 @@ class PolicyRuntime:
         """Load the policy and check its contract against the hardware file (ValueError, one line)."""
         c = self.config
         self.hw, self.policy = load_for_deploy(c.policy_path, c.hardware_config, commands=commands,
-                                               allow_unsafe_hardware=c.allow_unsafe_hardware, warn=warn or self._log)
+                                               allow_unsafe_hardware=c.allow_unsafe_hardware, warn=warn or self._warn)
         self.reset_module = make_reset(c.reset_module, self.hw)
         self.tracker = EpisodeTracker(make_reward(c.rewards, self.hw), self._emit)
 
@@ -204,21 +237,42 @@ class PolicyRuntime:
             raise ValueError("activate before configure: no policy loaded")
         if self.active:
             raise ValueError("already active")
-        hw = self.hw
-        first = wait_for_fresh_state(robot, self.config.state_wait_s, hw.safety.state_timeout_s, self._clock)
-        self.robot = robot
-        target = DryRunRobot(robot) if self.config.dry_run else robot
-        c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock,
-                       realtime_priority=self.config.realtime_priority if self._clock is time.monotonic else 0)
-        c.on_tick = self._on_tick
-        c.on_warning = self._log
-        self.controller = c
+        first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
+        c = self.attach(robot)
+        # Collect the start-up garbage now (imports, loading): a full collection triggered in the first ticks
+        # pauses every thread, the twin's physics included, for tens of ms (a stale-state fault on a busy host).
+        gc.collect()
         c.request_ramp()
         self._stop.clear()
         self._thread = threading.Thread(target=c.run, kwargs={"stop_event": self._stop}, daemon=True,
                                         name="robo_rl-control")
         self._thread.start()
         return first
+
+    def attach(self, robot: RobotInterface) -> Controller:
+        """Build the Controller (safety filter, state machine, loop) over `robot`, in PASSIVE, not running.
+
+        `activate` runs it on its own thread; `open_session` hands it out to be stepped by hand.
+        """
+        if not self.configured:
+            raise ValueError("attach before configure: no policy loaded")
+        hw = self.hw
+        self.robot = robot
+        target = DryRunRobot(robot) if self.config.dry_run else robot
+        c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock,
+                       realtime_priority=self.config.realtime_priority if self._clock is time.monotonic else 0)
+        c.on_tick = self._on_tick
+        c.on_warning = self._warn
+        self.controller = c
+        return c
+
+    def subscribe(self, *, on_event: Callable[[EpisodeEvent], None] | None = None,
+                  on_record: Callable[[np.ndarray | None, JointCommand], None] | None = None) -> None:
+        """Add a receiver of episode events and / or of the per-POLICY-tick record (see the class docstring)."""
+        if on_event is not None:
+            self._event_sinks.append(on_event)
+        if on_record is not None:
+            self._record_sinks.append(on_record)
 
     def deactivate(self) -> None:
         """DAMP, stop the loop, send one last damping command (what Ctrl-C does)."""
@@ -334,8 +388,8 @@ class PolicyRuntime:
         """Called by the tracker, under the episode lock."""
         self.events.append(event)
         del self.events[:-1000]
-        if self._on_event is not None:
-            self._on_event(event)
+        for sink in self._event_sinks:
+            sink(event)
 
     def _end_episode(self, why: str) -> None:
         with self._episode_lock:
@@ -353,8 +407,9 @@ class PolicyRuntime:
             self.policy.set_command("velocity_command", np.zeros(3))
         c = self.controller
         mode = c.mode
-        if mode is Mode.POLICY and self._on_record is not None:
-            self._on_record(self.policy.last_obs, command)
+        if mode is Mode.POLICY:
+            for sink in self._record_sinks:
+                sink(self.policy.last_obs, command)
         with self._episode_lock:
             tracker = self.tracker
             if not tracker.active:
@@ -388,7 +443,7 @@ class PolicyRuntime:
             "period_max_ms": round(s["period_max"] * 1e3, 3),
             "lateness_p99_ms": round(s["lateness_p99"] * 1e3, 3),
             "dry_run": self.config.dry_run,
-            "command_interface": self.config.command_interface,
+            "command_interface": self.config.command_interface or "default",
             "episode": self.tracker.episode if self.tracker else 0,
             "hook_errors": c.hook_errors,
             "realtime_priority": c.realtime_priority if c.realtime_note is None else 0,

@@ -1,104 +1,108 @@
-"""Wire a policy, a robot description and a transport into a running Controller.
+"""Deploy on any registered transport: look the transport up, connect, and run `PolicyRuntime` live.
 
-`open_session` loads and checks everything before any robot is touched; `run_live` (the sim twin's
-rehearsal) drives the modes PASSIVE -> RAMP -> READY -> POLICY with a live status line and stops safely
-(DAMP, a last damping command) on Ctrl-C or at the end. Real transports go through
-`robo_rl.deploy.runtime`, where POLICY starts only on an explicit operator action.
+`run_deploy` is what `robo-rl deploy --transport NAME` runs for every transport: everything is loaded and
+checked before the robot is touched (ValueError, one line); then the robot must send fresh state, the
+controller ramps to the default pose (RAMP -> READY), and
+
+- on a real transport (DDS, ...) POLICY starts only on the operator's explicit `start` (typed on stdin, or
+  through the transport's own operator channel, e.g. rt/robo_rl/operator), and the loop runs until the
+  duration has passed or Ctrl-C;
+- on a rehearsal transport (the sim twin) POLICY starts on its own once READY, and the run also ends when
+  the robot is damped or e-stopped.
+
+Ctrl-C and the end both leave the robot in DAMP with a last damping command; so does any error here.
+`open_session` wires the same pieces without starting the loop, for stepping the controller by hand (tests,
+benchmarks, fast-forward rehearsal with `realtime=False`).
+
+Transports come only from the registry `robo_rl.deploy.robot.TRANSPORTS`; a built-in one
+(`robo_rl.deploy.transports.<name>`) is imported when it is first chosen.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import pkgutil
+import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TextIO
 
-import numpy as np
-
-from robo_rl.core.assets import find_asset
-from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller
-from robo_rl.deploy.hardware import HardwareSpec, load_hardware
-from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
-from robo_rl.deploy.robot import RobotInterface
+from robo_rl.deploy import transports as builtin_transports
+from robo_rl.deploy.controller import REALTIME_PRIORITY
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Transport
+from robo_rl.deploy.runtime import RUNTIME_REQUESTS, PolicyRuntime, RuntimeConfig, observes_ee
 from robo_rl.deploy.state_machine import Mode
 
-TRANSPORTS = ("sim", "dds")
+
+# ---------------------------------------------------------------------------------------------- transports
+def builtin_transport_names() -> tuple[str, ...]:
+    """Names of the transports shipped in robo_rl.deploy.transports (one module or package each; none imported)."""
+    return tuple(m.name for m in pkgutil.iter_modules(builtin_transports.__path__))
 
 
-@dataclass
-class Session:
-    hw: HardwareSpec
-    policy: PolicyStep
-    robot: RobotInterface
-    controller: Controller
+def transport_names() -> tuple[str, ...]:
+    """Every transport that can be chosen: the built-in ones, then those registered from elsewhere."""
+    builtin = builtin_transport_names()
+    return builtin + tuple(n for n in TRANSPORTS.names() if n not in builtin)
 
 
-def make_robot(transport: str, hw: HardwareSpec, control_dt: float, *, realtime: bool, latency_s: float = 0.0,
+def transport(name: str) -> Transport:
+    """The transport registered as `name`, importing its built-in module first if needed (its optional
+    dependencies load only now); ValueError (one line, listing the choices) for an unknown name."""
+    if name not in TRANSPORTS and name in builtin_transport_names():
+        importlib.import_module(f"{builtin_transports.__name__}.{name}")  # registers it (needs mujoco / cyclonedds)
+    if name not in TRANSPORTS:
+        raise ValueError(f"transport {name!r} is not available; choose from: {', '.join(transport_names())}")
+    return TRANSPORTS.get(name)
+
+
+def available_transports() -> dict[str, Transport]:
+    """Name -> Transport of every transport whose dependencies are installed (imports each built-in one)."""
+    found = {}
+    for name in transport_names():
+        try:
+            found[name] = transport(name)
+        except ImportError:  # its optional dependency (cyclonedds, mujoco) is not installed
+            continue
+    return found
+
+
+def make_robot(transport_name: str, hw: HardwareSpec, control_dt: float, *, realtime: bool, latency_s: float = 0.0,
                noise_std: float = 0.0, seed: int = 0, physics_dt: float | None = None, domain_id: int = 0,
                command_interface: str | None = None, needs_ee: bool = False) -> RobotInterface:
-    """The chosen transport; each is imported only when chosen (the sim twin needs mujoco, DDS cyclonedds).
+    """Connect to the robot through the registered transport `transport_name` (see ConnectOptions for the rest).
 
-    `physics_dt` (the contract's) sets the sim twin's time step: training overrides the MJCF's.
-    `domain_id`, `command_interface` and `needs_ee` (wait for end-effector positions) are for `dds`.
+    `realtime=False` (fast-forward: one control period per command) is for rehearsal transports only.
     """
-    if transport not in TRANSPORTS:
-        raise ValueError(f"transport {transport!r} is not available; choose from: {', '.join(TRANSPORTS)}")
-    if transport == "dds":
-        if not realtime:
-            raise ValueError("transport dds runs in real time only (realtime=False is for the sim transport)")
-        from robo_rl.deploy.transports.dds import DdsRobot, DdsSettings, check_domain_id
-
-        settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
-        return DdsRobot(hw, settings, control_dt=control_dt, domain_id=check_domain_id(domain_id), needs_ee=needs_ee)
-    from robo_rl.deploy.transports.sim import SimRobot
-
-    sim = hw.transport.get("sim") or {}
-    if "model" not in sim:
-        raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
-    model = find_asset(sim["model"], what=f"sim twin model of {hw.robot!r}")
-    return SimRobot(model, hw, control_dt=control_dt, keyframe=sim.get("keyframe"), latency_s=latency_s,
-                    noise_std=noise_std, realtime=realtime, seed=seed, physics_dt=physics_dt,
-                    object_body=sim.get("object"))
+    entry = transport(transport_name)
+    if not realtime and not entry.rehearsal:
+        raise ValueError(f"transport {transport_name} runs in real time only (realtime=False is for the sim "
+                         "transport)")
+    options = ConnectOptions(control_dt=control_dt, realtime=realtime, physics_dt=physics_dt, latency_s=latency_s,
+                             noise_std=noise_std, seed=seed, domain_id=domain_id, command_interface=command_interface,
+                             needs_ee=needs_ee)
+    return entry.connect(hw, options)
 
 
-def load_for_deploy(policy_path: str | Path, hardware_path: str | Path, *,
-                    commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
-                    warn: Callable[[str], None] | None = None) -> tuple[HardwareSpec, PolicyStep]:
-    """Load and cross-check hardware file, policy and operator commands (ValueError, one line); touches no robot."""
-    hw = load_hardware(find_asset(hardware_path, what="hardware file"), allow_unsafe=allow_unsafe_hardware, warn=warn)
-    onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
-    policy = PolicyStep(onnx_policy, hw, commands, warn=warn)  # validates the contract and the commands
-    return hw, policy
-
-
-def default_pose(policy: PolicyStep, hw: HardwareSpec) -> np.ndarray:
-    """(J,) pose RAMP moves to and READY holds: the policy's default; mid-range for joints it does not drive."""
-    q = policy.default_q.copy()
-    undriven = np.setdiff1d(np.arange(len(hw.joint_names)), policy.robot_index)
-    q[undriven] = (hw.joint_lower[undriven] + hw.joint_upper[undriven]) / 2
-    return q
-
-
-def observes_ee(policy: PolicyStep) -> bool:
-    """True when the policy observes the end-effector position (the robot must report it)."""
-    return any(t.name == "ee_pos" for t in policy.policy.contract.observation)
-
-
+# ---------------------------------------------------------------------------------------------- by hand
 def open_session(policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
                  realtime: bool = True, latency_s: float = 0.0, noise_std: float = 0.0, seed: int = 0,
                  commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
                  warn: Callable[[str], None] | None = None,
                  wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, domain_id: int = 0,
-                 command_interface: str | None = None, realtime_priority: int = REALTIME_PRIORITY) -> Session:
-    """Load and cross-check policy, hardware and operator commands (ValueError, one line), then connect.
+                 command_interface: str | None = None, realtime_priority: int = REALTIME_PRIORITY) -> PolicyRuntime:
+    """Load, cross-check and connect, and build the controller (in PASSIVE, not running): a PolicyRuntime whose
+    `controller` the caller steps (`tick`) or runs itself; `.hw`, `.policy` and `.robot` are what was loaded.
 
-    Everything that can be refused is refused here, before the transport is created: a malformed
-    hardware file or contract, a mismatch between them, non-finite operator commands. Operator
-    commands start neutral (stand still / the centre of the target box); `commands` overrides them
-    (clamped into the trained range with a warning line) and `session.policy.set_command` changes
-    them while running.
+    Everything that can be refused is refused before the transport is created: a malformed hardware file or
+    contract, a mismatch between them, non-finite operator commands. Operator commands start neutral (stand
+    still / the centre of the target box); `commands` overrides them (clamped into the trained range with a
+    warning line) and `policy.set_command` changes them while running.
 
     Args:
         allow_unsafe_hardware: accept hardware safety values outside their safe range (loud warnings).
@@ -108,49 +112,143 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
         realtime_priority: SCHED_FIFO priority of the thread that runs the controller (0: normal; see
             Controller); used only with `realtime`.
 
-    With `realtime=False` (sim transport only) the robot advances one control period per command and
+    With `realtime=False` (rehearsal transports only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
     """
-    hw, policy = load_for_deploy(policy_path, hardware_path, commands=commands,
-                                 allow_unsafe_hardware=allow_unsafe_hardware, warn=warn)
-    contract = policy.policy.contract
-    robot = make_robot(transport, hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
+    say = warn or (lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
+    config = RuntimeConfig(policy_path=str(policy_path), hardware_config=str(hardware_path),
+                           command_interface=command_interface, allow_unsafe_hardware=allow_unsafe_hardware,
+                           realtime_priority=realtime_priority)
+    holder: dict[str, Any] = {}
+    clock = time.monotonic if realtime else (lambda: holder["robot"].time)  # robot.time: rehearsal transports
+    runtime = PolicyRuntime(config, log=say, warn=say, clock=clock)
+    runtime.configure(commands, warn=warn)
+    contract = runtime.policy.policy.contract
+    robot = make_robot(transport, runtime.hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
                        noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt, domain_id=domain_id,
-                       command_interface=command_interface, needs_ee=observes_ee(policy))
-    if wrap_robot is not None:
-        robot = wrap_robot(robot)
-    clock = time.monotonic if realtime else (lambda: robot.time)  # robot.time: sim transports
-    controller = Controller(robot, hw, policy, default_pose(policy, hw), clock=clock,
-                            realtime_priority=realtime_priority if realtime else 0)
-    controller.on_warning = warn or (lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
-    return Session(hw, policy, robot, controller)
+                       command_interface=command_interface, needs_ee=observes_ee(runtime.policy))
+    holder["robot"] = robot = wrap_robot(robot) if wrap_robot is not None else robot
+    runtime.attach(robot)
+    return runtime
 
 
-def run_live(session: Session, duration_s: float | None, *, status_every_s: float = 0.5, out=sys.stdout) -> dict:
-    """Sim twin only: run the controller in a thread: RAMP, then POLICY at once when READY (a rehearsal; on a
-    real transport POLICY waits for the operator, see robo_rl.deploy.runtime); status lines; stop safely."""
-    c = session.controller
-    stop = threading.Event()
-    worker = threading.Thread(target=c.run, kwargs={"stop_event": stop}, daemon=True)
+def rehearse(runtime: PolicyRuntime, duration_s: float) -> dict[str, float]:
+    """The twin rehearsal fast-forward: RAMP, POLICY once READY, for `duration_s` of robot time (or until DAMP /
+    ESTOP), then DAMP and a last damping command; returns the controller's stats.
+
+    `runtime` comes from `open_session(..., realtime=False)` on a rehearsal transport (its robot keeps `time`).
+    """
+    c, robot = runtime.controller, runtime.robot
     c.request_ramp()
-    worker.start()
-    start = time.monotonic()
+    end = robot.time + duration_s
     try:
-        while worker.is_alive():
+        while robot.time < end and c.mode not in (Mode.DAMP, Mode.ESTOP):
+            c.tick(robot.time)
             if c.mode is Mode.READY:
-                c.start_policy()
-            print("\r" + c.status_line(), end="", file=out, flush=True)
-            if duration_s is not None and time.monotonic() - start >= duration_s:
-                break
-            if c.mode in (Mode.DAMP, Mode.ESTOP):
-                break
-            time.sleep(status_every_s)
+                runtime.start()
+    finally:
+        runtime.deactivate()  # DAMP and a last damping command, whatever happened
+    return c.stats()
+
+
+# ---------------------------------------------------------------------------------------------- live
+def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[str, Any] | None = None,
+               commands: Mapping[str, object] | None = None,
+               wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, duration_s: float | None = None,
+               stdin: TextIO | None = None, out: TextIO | None = None,
+               status_every_s: float = 0.5) -> PolicyRuntime:
+    """Run `runtime` (not yet configured) live on the transport `transport_name` until the end; returns it stopped.
+
+    Args:
+        options: ConnectOptions fields the user chose (latency_s, noise_std, seed, domain_id, command_interface).
+        commands: operator commands to start with (velocity_command, target_pos).
+        wrap_robot: applied to the connected robot before the controller uses it (the CLI's recorder).
+        duration_s: stop after this long (s); None: until Ctrl-C (or, rehearsing, DAMP / ESTOP).
+        stdin: operator words typed here (`start` + Enter, ...) on a real transport; default sys.stdin.
+        out: status lines (default sys.stdout).
+    """
+    stdin = sys.stdin if stdin is None else stdin  # looked up now: tests and callers may have replaced them
+    out = sys.stdout if out is None else out
+    entry = transport(transport_name)
+    runtime.configure(commands)
+    hw, policy = runtime.hw, runtime.policy
+    contract = policy.policy.contract
+    print(f"deploying {runtime.config.policy_path} on {hw.robot} ({transport_name}) at {1 / contract.policy_dt:g} "
+          f"Hz; commands {({k: v.round(3).tolist() for k, v in policy.commands.items()})}; Ctrl-C stops safely",
+          file=out, flush=True)
+    robot = make_robot(transport_name, hw, contract.policy_dt, realtime=True, physics_dt=contract.physics_dt,
+                       needs_ee=observes_ee(policy), **dict(options or {}))
+    link = None
+    try:
+        if entry.operator_link is not None:
+            link = entry.operator_link(robot, runtime)
+            runtime.subscribe(on_event=lambda event: link.publish_event(event.to_json()), on_record=link.publish_record)
+        target = wrap_robot(robot) if wrap_robot is not None else robot
+        print(f"waiting for robot state from {robot} ...", file=out, flush=True)
+        runtime.activate(target)
+        words: queue.Queue[str] = queue.Queue()
+        if not entry.rehearsal:
+            if stdin is not None:
+                threading.Thread(target=_stdin_words, args=(stdin, words), daemon=True).start()
+            print(f"connected{', DRY RUN: nothing is sent' if runtime.config.dry_run else ''}. Once READY, type "
+                  f"`start` + Enter{' (' + link.hint + ')' if link is not None else ''}; also: "
+                  f"{', '.join(w for w in RUNTIME_REQUESTS if w != 'start')}", file=out, flush=True)
+        _operate(runtime, entry, link, words, duration_s, status_every_s, out)
     except KeyboardInterrupt:
         print("\nCtrl-C: damping and stopping", file=out, flush=True)
     finally:
-        stop.set()
-        worker.join(timeout=2.0)
-        c.shutdown()
-        session.robot.close()
-    print("\n" + c.status_line(), file=out, flush=True)
-    return c.stats()
+        runtime.deactivate()  # DAMP and a last damping command
+        if runtime.controller is not None:
+            print("\n" + runtime.status_line(), file=out, flush=True)
+        robot.close()
+    return runtime
+
+
+def _stdin_words(stream: TextIO, out: queue.Queue) -> None:
+    """Put each non-empty line typed on `stream` into `out` (runs on a daemon thread until EOF)."""
+    for line in stream:
+        word = line.strip()
+        if word:
+            out.put(word)
+
+
+def _operate(runtime: PolicyRuntime, entry: Transport, link, words: queue.Queue, duration_s: float | None,
+             status_every_s: float, out: TextIO) -> None:
+    """Carry out operator words, publish diagnostics, print status lines until the end (see run_deploy)."""
+    start = time.monotonic()
+    next_diag = next_status = start
+    while runtime.active:
+        now = time.monotonic()
+        if duration_s is not None and now - start >= duration_s:
+            return
+        pending = link.requests() if link is not None else []
+        while not words.empty():
+            pending.append(words.get_nowait())
+        for word in pending:
+            runtime.request(word)
+        mode = runtime.controller.mode
+        if entry.rehearsal:  # the twin: no operator to wait for
+            if mode is Mode.READY:
+                runtime.start()
+            elif mode in (Mode.DAMP, Mode.ESTOP):
+                return
+        if link is not None and now >= next_diag:
+            level, message, values = runtime.diagnostics()
+            link.publish_diagnostics(time.time(), level, message, values)
+            next_diag = now + runtime.config.diagnostics_period_s
+        if now >= next_status:
+            print("\r" + runtime.status_line(), end="", file=out, flush=True)
+            next_status = now + status_every_s
+        time.sleep(0.02)  # operator words are carried out within this
+
+
+def deploy_exit_code(runtime: PolicyRuntime) -> tuple[int, str | None]:
+    """(exit code, fault line): 1 when the robot ended in DAMP on a fault or in ESTOP, else 0."""
+    c = runtime.controller
+    if c is None:
+        return 0, None
+    fault = c.state_machine.fault_reason or ("estop" if c.mode is Mode.ESTOP else None)
+    if fault is None or fault == "shutdown":
+        return 0, None
+    detail = f": {c.last_error}" if c.last_error else ""
+    return 1, f"deploy stopped on fault {fault}{detail}"

@@ -21,15 +21,13 @@ from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand  # noqa: E402
 from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig  # noqa: E402
 from robo_rl.deploy.state_machine import Mode  # noqa: E402
-from robo_rl.deploy.transports import dds_types as dt  # noqa: E402
-from robo_rl.deploy.transports import unitree  # noqa: E402
-from robo_rl.deploy.transports.dds import (  # noqa: E402
-    DdsEndpoint,
-    DdsOperatorLink,
-    DdsRobot,
-    DdsSettings,
-    DdsTwinServer,
-)
+from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
+from robo_rl.deploy.transports.dds import unitree  # noqa: E402
+from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint  # noqa: E402
+from robo_rl.deploy.transports.dds.operator import DdsOperatorLink  # noqa: E402
+from robo_rl.deploy.transports.dds.robot import DdsRobot  # noqa: E402
+from robo_rl.deploy.transports.dds.settings import DdsSettings  # noqa: E402
+from robo_rl.deploy.transports.dds.twin_server import DdsTwinServer  # noqa: E402
 from robo_rl.deploy.transports.sim import SimRobot  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402
 from tests.dds_support import Probe, relaxed_hardware, start_cli, start_twin, stop_process, wait_until  # noqa: E402

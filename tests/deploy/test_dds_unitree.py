@@ -19,8 +19,8 @@ pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
 
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand, RobotState  # noqa: E402
-from robo_rl.deploy.transports import dds_types as dt  # noqa: E402
-from robo_rl.deploy.transports import unitree  # noqa: E402
+from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
+from robo_rl.deploy.transports.dds import unitree  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 GO2 = load_hardware(REPO / "hardware" / "go2.yaml")

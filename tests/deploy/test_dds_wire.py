@@ -19,7 +19,7 @@ from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand  # noqa: E402
-from robo_rl.deploy.transports import dds_types as dt  # noqa: E402
+from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
 from tests.conftest import REPO  # noqa: E402
 
 STORES = [rosbags_typesys.Stores.ROS2_HUMBLE, rosbags_typesys.Stores.ROS2_JAZZY]
@@ -77,7 +77,7 @@ def captured_writes(monkeypatch):
 @pytest.mark.parametrize("store", STORES, ids=lambda s: s.name)
 def test_published_bytes_equal_ros2_cdr(store, captured_writes, dds_domain):
     """Each message type, written through the transport's own DataWriter (plain CDR, QoS of its topic)."""
-    from robo_rl.deploy.transports.dds import DdsEndpoint
+    from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
 
     ros_types, ts = rosbags_types(store)
     ours = messages(dt.dds_message_types(), seed=3)

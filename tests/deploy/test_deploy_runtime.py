@@ -200,7 +200,7 @@ def test_robot_side_modules_import_no_torch_mujoco_or_dds():
     import sys
 
     code = ("import sys; import robo_rl.deploy.runtime, robo_rl.deploy.reset_modules, robo_rl.deploy.reward_modules, "
-            "robo_rl.deploy.ros_messages, robo_rl.deploy.ros_interface, robo_rl.deploy.dds_session; "
+            "robo_rl.deploy.ros_messages, robo_rl.deploy.ros_interface, robo_rl.deploy.session; "
             "print(sorted(m for m in ('torch', 'mujoco', 'cyclonedds', 'rclpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

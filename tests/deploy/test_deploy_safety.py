@@ -405,7 +405,7 @@ def test_ramp_command_values():
 
 # ------------------------------------------------------------------------------------------------ import rule
 
-DEPLOY_FILES = ("safety.py", "state_machine.py", "controller.py", "commands.py")
+DEPLOY_FILES = ("safety.py", "state_machine.py", "controller.py", "operator_commands.py")
 
 
 @pytest.mark.parametrize("name", DEPLOY_FILES)

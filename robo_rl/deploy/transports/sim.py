@@ -1,4 +1,4 @@
-"""SimRobot: a MuJoCo twin of the training model behind the RobotInterface.
+"""SimRobot: a MuJoCo twin of the training model behind the RobotInterface; the `sim` transport.
 
 The one deploy module that imports mujoco. It emulates a robot's motor drivers: each command's
 kp, kd and position target are loaded into the model's position actuators (the same actuators,
@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from robo_rl.core.assets import find_asset
 from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.robot import JointCommand, RobotState
+from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, JointCommand, RobotState, Transport
 
 
 class SimRobot:
@@ -61,7 +62,7 @@ class SimRobot:
         physics_dt: float | None = None,
         object_body: str | None = None,
     ):
-        import mujoco
+        import mujoco  # optional dependency of the robot side: only the twin needs it
 
         self._mj = mujoco
         self.model = mujoco.MjModel.from_xml_path(str(model_path))
@@ -225,6 +226,9 @@ class SimRobot:
     def time(self) -> float:
         return float(self.data.time)
 
+    def __str__(self) -> str:
+        return f"the MuJoCo twin of {self.hw.robot}"
+
     def base_twist(self) -> tuple[np.ndarray, np.ndarray]:
         """Ground-truth base velocity (linear (3,), angular (3,)) in the base frame; floating-base twins only.
 
@@ -239,3 +243,19 @@ class SimRobot:
         rot = np.empty(9)
         self._mj.mju_quat2Mat(rot, quat)
         return rot.reshape(3, 3).T @ lin_w, ang_b
+
+
+def connect_twin(hw: HardwareSpec, options: ConnectOptions) -> SimRobot:
+    """The twin of `hw` (its `transport.sim` section: model, keyframe, object); ValueError (one line) without one."""
+    sim = hw.transport.get("sim") or {}
+    if "model" not in sim:
+        raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
+    model = find_asset(sim["model"], what=f"sim twin model of {hw.robot!r}")
+    return SimRobot(model, hw, control_dt=options.control_dt, keyframe=sim.get("keyframe"), latency_s=options.latency_s,
+                    noise_std=options.noise_std, realtime=options.realtime, seed=options.seed,
+                    physics_dt=options.physics_dt, object_body=sim.get("object"))
+
+
+TRANSPORTS.register("sim", Transport(connect=connect_twin, rehearsal=True,
+                                     options=frozenset({"latency_s", "noise_std", "seed"}),
+                                     help="the MuJoCo twin, in-process (real time, or fast-forward in tests)"))

@@ -1,4 +1,6 @@
-"""policy_node: a rclpy lifecycle node, thin over robo_rl.deploy.runtime.PolicyRuntime.
+"""policy_node: a rclpy lifecycle node, thin over robo_rl.deploy.runtime.PolicyRuntime (the deploy core's one
+wiring path, which `robo-rl deploy` on the sim twin and over DDS runs too): it turns parameters, subscriptions,
+services and timers into PolicyRuntime calls; the robot is reached through RosRobot (rclpy topics).
 
 Parameters (robo_rl.deploy.ros_interface.PARAMETERS): policy_path, hardware_config, command_interface
 (forward_position, joint_trajectory, pd_targets), dry_run, cmd_vel_timeout_s, diagnostics_period_s,
@@ -27,8 +29,7 @@ from std_srvs.srv import Trigger
 
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
-from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
-from robo_rl.deploy.session import observes_ee
+from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig, observes_ee
 from robo_rl_ros.messages import CLASSES, message_types, qos
 from robo_rl_ros.ros_robot import RosRobot
 

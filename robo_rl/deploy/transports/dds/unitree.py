@@ -22,7 +22,7 @@ import numpy as np
 
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
-from robo_rl.deploy.transports.dds_types import UNITREE_MOTORS, LowCmd_, LowState_, MotorCmd_
+from robo_rl.deploy.transports.dds.dds_types import UNITREE_MOTORS, LowCmd_, LowState_, MotorCmd_
 
 COMMAND_HEAD = (0xFE, 0xEF)
 LOW_LEVEL_FLAG = 0xFF

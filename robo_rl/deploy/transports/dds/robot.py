@@ -1,0 +1,143 @@
+"""DdsRobot: the RobotInterface over pip Cyclone DDS, wire-compatible with ROS 2 nodes (no ROS install).
+
+Two profiles, chosen in the hardware file (`transport.dds.profile`):
+
+- `ros2`: ROS 2 topic and type names (`rt/joint_states`, `sensor_msgs::msg::dds_::JointState_`), `@final`
+  structs (plain CDR), ROS 2's QoS conventions (state: best effort, keep last 1; commands: reliable,
+  keep last 1). State from `joint_states` (+ `imu` for legged robots, `ee_position` for arms whose
+  policy observes it); commands on the topic of the chosen command interface (ros_interface).
+- `unitree`: Unitree's low-level SDK topics `rt/lowstate` / `rt/lowcmd` with its message types and CRC,
+  so a Go2 runs with no ROS at all.
+
+All names come from `robo_rl.deploy.ros_interface`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from robo_rl.deploy import ros_interface as names
+from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.robot import JointCommand, RobotState
+from robo_rl.deploy.transports.dds import dds_types as dt
+from robo_rl.deploy.transports.dds import unitree
+from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint, LatestSample
+from robo_rl.deploy.transports.dds.settings import DdsSettings
+
+
+class DdsRobot:
+    """RobotInterface over DDS (profile `ros2` or `unitree`), for a real robot or `robo-rl twin`.
+
+    Args:
+        hw: the robot.
+        settings: topics, profile and command interface (`DdsSettings.from_hardware(hw)`).
+        control_dt: control period (s); a joint_trajectory point is reached one period later.
+        endpoint: the participant to use (shared with a DdsOperatorLink); one is made when None.
+        needs_ee: wait for end-effector positions too (policies observing ee_pos).
+    """
+
+    def __init__(self, hw: HardwareSpec, settings: DdsSettings, *, control_dt: float,
+                 endpoint: DdsEndpoint | None = None, domain_id: int = 0, needs_ee: bool = False):
+        self.hw = hw
+        self.settings = settings
+        self.control_dt = control_dt
+        self._own_endpoint = endpoint is None
+        self.endpoint = endpoint or DdsEndpoint(domain_id)
+        self.types = dt.dds_message_types()
+        legged = hw.kind == "legged"
+        self.state = rm.StateAssembler(hw, needs_imu=legged, needs_ee=needs_ee and settings.profile == "ros2")
+        self.sent = 0
+        self.send_errors = 0
+        topics = settings.state_topics()
+        self.state_topic = topics["joints"]
+        self.command_topic = settings.command_topic_name()
+        # (reader, handler): each state reader's newest sample is taken when the controller reads the state.
+        self._readers: list[tuple[LatestSample, Callable[[Any, float], None]]] = []
+        ep = self.endpoint
+        if settings.profile == "unitree":
+            self._readers.append((ep.latest_reader(topics["joints"], dt.LowState_, names.SENSOR_QOS),
+                                  self._on_low_state))
+            self._writer = ep.writer(self.command_topic, dt.LowCmd_, names.COMMAND_QOS)
+        else:
+            self._readers.append((ep.latest_reader(topics["joints"], dt.JointState, names.SENSOR_QOS),
+                                  self.state.on_joint_state))
+            if legged:
+                self._readers.append((ep.latest_reader(topics["imu"], dt.Imu, names.SENSOR_QOS), self.state.on_imu))
+            if self.state.needs_ee:
+                self._readers.append((ep.latest_reader(topics["ee"], dt.PointStamped, names.SENSOR_QOS),
+                                      self.state.on_ee_position))
+            struct = dt.ROS_STRUCTS[names.COMMAND_TOPICS[settings.command_interface].ros_type]
+            self._writer = ep.writer(self.command_topic, struct, names.COMMAND_QOS)
+        self._read_lock = threading.Lock()
+
+    def __str__(self) -> str:
+        interface = f", {self.settings.command_interface}" if self.settings.profile == "ros2" else ""
+        return (f"{self.state_topic} (DDS domain {self.endpoint.domain_id}); commands to {self.command_topic} "
+                f"({self.settings.profile}{interface})")
+
+    def _on_low_state(self, msg: dt.LowState_, received: float) -> None:
+        try:
+            q, dq, tau, quat, gyro, stamp = unitree.read_low_state(msg, self.hw)
+        except ValueError as exc:
+            self.state._reject("lowstate", exc)
+            return
+        if self.hw.quaternion_order == "xyzw":
+            quat = np.array([quat[1], quat[2], quat[3], quat[0]])
+        self.state.set_joints(self.hw.joint_names, q, dq, tau, stamp, received)
+        self.state.set_imu(quat, gyro, received)
+
+    def poll(self) -> None:
+        """Take the newest sample of every state topic into the assembler (thread-safe)."""
+        with self._read_lock:
+            for latest, handler in self._readers:
+                got = latest.take()
+                if got is not None:
+                    handler(*got)
+
+    # RobotInterface
+    def read_state(self) -> RobotState:
+        self.poll()
+        state = self.state.latest()
+        if state is None:
+            raise RuntimeError(f"no robot state received yet on {self.state_topic} (domain {self.endpoint.domain_id})")
+        return state
+
+    def send_command(self, command: JointCommand) -> None:
+        if self._writer is None:
+            raise RuntimeError("DdsRobot is closed")
+        if self.settings.profile == "unitree":
+            msg = unitree.low_cmd_message(command, self.hw)
+        else:
+            msg = rm.encode_command(self.types, self.settings.command_interface, command, self.control_dt)
+        self._writer.write(msg)
+        self.sent += 1
+
+    def close(self) -> None:
+        """Drop this robot's readers and writer (and the endpoint if it made it); see DdsEndpoint.close."""
+        self._readers = []  # also breaks the cycle robot -> handler (a bound method) -> robot
+        self._writer = None
+        if self._own_endpoint:
+            self.endpoint.close()
+
+    def wait_for_state(self, timeout_s: float, *, fresh_within_s: float, clock: Callable[[], float] = time.monotonic,
+                       poll_s: float = 0.01) -> RobotState:
+        """The first complete state received within `fresh_within_s` of now; ValueError after `timeout_s`."""
+        end = clock() + timeout_s
+        while True:
+            self.poll()
+            state = self.state.latest()
+            if state is not None and clock() - state.received <= fresh_within_s:
+                return state
+            if clock() > end:
+                got = dict(self.state.received_count) or "nothing"
+                why = f"; last rejected message: {self.state.last_error}" if self.state.last_error else ""
+                raise ValueError(f"no fresh robot state on {self.state_topic} (DDS domain {self.endpoint.domain_id}) "
+                                 f"within {timeout_s:g} s (received: {got}{why}); is the robot or `robo-rl twin` "
+                                 f"running on this domain?")
+            time.sleep(poll_s)

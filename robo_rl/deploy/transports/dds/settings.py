@@ -1,0 +1,105 @@
+"""The `transport.dds` section of a hardware file, DDS domain ids, and the loopback network configuration.
+
+Networking: Cyclone DDS reads its configuration from CYCLONEDDS_URI when a domain is first joined in a
+process. `loopback_config()` keeps all traffic on this machine (interface `lo`, no multicast, peer
+localhost): what the tests and benchmarks use, and how to rehearse against the twin on one computer.
+This module needs no cyclonedds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from robo_rl.deploy import ros_interface as names
+from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.ros_interface import TopicSpec
+
+PROFILES = ("ros2", "unitree")
+MAX_DOMAIN_ID = 232
+"""Largest DDS domain id whose ports fit in 16 bits (7400 + 250 * id + offsets)."""
+
+
+def loopback_config(max_participants: int = 20) -> str:
+    """A CYCLONEDDS_URI value that keeps DDS on the loopback interface: no multicast, peer localhost.
+
+    Discovery then probes `max_participants` participant indices on localhost per domain.
+    """
+    return ("<CycloneDDS><Domain id=\"any\"><General><Interfaces><NetworkInterface name=\"lo\"/></Interfaces>"
+            "<AllowMulticast>false</AllowMulticast></General><Discovery><ParticipantIndex>auto</ParticipantIndex>"
+            f"<MaxAutoParticipantIndex>{int(max_participants)}</MaxAutoParticipantIndex>"
+            "<Peers><Peer address=\"localhost\"/></Peers></Discovery></Domain></CycloneDDS>")
+
+
+def check_domain_id(domain_id: int) -> int:
+    """`domain_id` if it is an int in [0, MAX_DOMAIN_ID]; ValueError otherwise."""
+    if isinstance(domain_id, bool) or not isinstance(domain_id, int) or not 0 <= domain_id <= MAX_DOMAIN_ID:
+        raise ValueError(f"domain_id {domain_id!r}: must be an integer in [0, {MAX_DOMAIN_ID}]")
+    return domain_id
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class DdsSettings:
+    """The `transport.dds` section of a hardware file (every key optional)."""
+
+    profile: str = "ros2"
+    """`ros2` (ROS 2 topics and types) or `unitree` (rt/lowstate, rt/lowcmd with CRC)."""
+    namespace: str = ""
+    """ROS 2 namespace the topics resolve in ("" or "/name"); ros2 profile."""
+    command_interface: str = "pd_targets"
+    """ros2 profile: forward_position, joint_trajectory or pd_targets (see ros_interface.COMMAND_TOPICS)."""
+    state_topic: str | None = None
+    """ros2: joint state topic (default joint_states); unitree: the DDS topic (default rt/lowstate)."""
+    imu_topic: str | None = None
+    """ros2: IMU topic (default imu), legged robots."""
+    ee_topic: str | None = None
+    """ros2: end-effector position topic (default ee_position), used when the policy observes ee_pos."""
+    command_topic: str | None = None
+    """ros2: command topic (default: the command interface's); unitree: the DDS topic (default rt/lowcmd)."""
+
+    @classmethod
+    def from_hardware(cls, hw: HardwareSpec, **overrides: Any) -> DdsSettings:
+        """Settings from `hw.transport["dds"]`, then `overrides` (None values ignored); validated.
+
+        Raises:
+            ValueError: an unknown key or a bad value (one line naming it).
+        """
+        raw = dict(hw.transport.get("dds") or {})
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ValueError(f"hardware {hw.robot!r}: unknown transport.dds key(s) {', '.join(unknown)}; "
+                             f"valid keys: {', '.join(sorted(known))}")
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        settings = cls(**raw)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"transport.dds.profile {self.profile!r}: allowed values are {', '.join(PROFILES)}")
+        rm.check_command_interface(self.command_interface)
+        if self.namespace and not self.namespace.startswith("/"):
+            raise ValueError(f"transport.dds.namespace {self.namespace!r}: must be empty or start with '/'")
+
+    def state_topics(self) -> dict[str, str]:
+        """DDS names of the state topics by role ("joints", "imu", "ee")."""
+        if self.profile == "unitree":
+            return {"joints": self.state_topic or names.UNITREE_STATE_TOPIC}
+        return {
+            "joints": names.dds_topic_name(self.state_topic or names.JOINT_STATES.name, self.namespace),
+            "imu": names.dds_topic_name(self.imu_topic or names.IMU_TOPIC.name, self.namespace),
+            "ee": names.dds_topic_name(self.ee_topic or names.EE_POSITION.name, self.namespace),
+        }
+
+    def command_topic_name(self) -> str:
+        if self.profile == "unitree":
+            return self.command_topic or names.UNITREE_COMMAND_TOPIC
+        spec = names.COMMAND_TOPICS[self.command_interface]
+        return names.dds_topic_name(self.command_topic or spec.name, self.namespace)
+
+    def topic(self, spec: TopicSpec) -> str:
+        """DDS name of an operator / monitoring topic in this namespace."""
+        return spec.dds_name(self.namespace)

@@ -1,0 +1,162 @@
+"""DdsTwinServer: any RobotInterface (the MuJoCo twin) served on DDS the way the real robot would be."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import numpy as np
+
+from robo_rl.core.assets import find_asset
+from robo_rl.deploy import ros_interface as names
+from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.hardware import HardwareSpec, load_hardware
+from robo_rl.deploy.robot import ConnectOptions, JointCommand, RobotInterface
+from robo_rl.deploy.transports.dds import dds_types as dt
+from robo_rl.deploy.transports.dds import unitree
+from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
+from robo_rl.deploy.transports.dds.settings import DdsSettings, check_domain_id
+from robo_rl.deploy.transports.sim import connect_twin
+
+
+class DdsTwinServer:
+    """Serves a RobotInterface (the MuJoCo twin) on DDS the way the real robot would.
+
+    Publishes its state at `rate_hz` and applies every command received (decoded by the profile and
+    command interface; a malformed command, or one with a wrong CRC, is dropped and counted). Until the
+    first command the twin's drivers stay passive, like a robot at power-on.
+
+    Args:
+        robot: the twin (SimRobot with realtime=True).
+        hw: its hardware description.
+        settings: the same DdsSettings the deploy side uses.
+        endpoint: the participant.
+        rate_hz: state publishing rate.
+        base_twist: optional callable returning the ground-truth base (linear, angular) velocity in the base
+            frame, published on `twin/base_twist` for evaluation (legged twins).
+    """
+
+    def __init__(self, robot: RobotInterface, hw: HardwareSpec, settings: DdsSettings, endpoint: DdsEndpoint, *,
+                 rate_hz: float = 200.0, base_twist: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None):
+        if not (np.isfinite(rate_hz) and 0 < rate_hz <= 2000):
+            raise ValueError(f"twin rate_hz = {rate_hz!r}: must be in (0, 2000]")
+        self.robot = robot
+        self.hw = hw
+        self.settings = settings
+        self.endpoint = endpoint
+        self.period = 1.0 / rate_hz
+        self.types = dt.dds_message_types()
+        self.commands = 0
+        self.rejected = 0
+        self.last_error: str | None = None
+        self.published = 0
+        self._base_twist = base_twist
+        topics = settings.state_topics()
+        if settings.profile == "unitree":
+            self._state_writers = {"low": endpoint.writer(topics["joints"], dt.LowState_, names.SENSOR_QOS)}
+            endpoint.reader(settings.command_topic_name(), dt.LowCmd_, names.COMMAND_QOS, self._on_low_cmd)
+        else:
+            self._state_writers = {"joints": endpoint.writer(topics["joints"], dt.JointState, names.SENSOR_QOS)}
+            if hw.kind == "legged":
+                self._state_writers["imu"] = endpoint.writer(topics["imu"], dt.Imu, names.SENSOR_QOS)
+            else:
+                self._state_writers["ee"] = endpoint.writer(topics["ee"], dt.PointStamped, names.SENSOR_QOS)
+            struct = dt.ROS_STRUCTS[names.COMMAND_TOPICS[settings.command_interface].ros_type]
+            endpoint.reader(settings.command_topic_name(), struct, names.COMMAND_QOS, self._on_command)
+        self._twist_writer = (endpoint.writer(settings.topic(names.TWIN_BASE_TWIST), dt.Twist, names.SENSOR_QOS)
+                              if base_twist is not None else None)
+
+    def _reject(self, exc: Exception) -> None:
+        self.rejected += 1
+        self.last_error = str(exc)
+
+    def _on_command(self, msg: Any, received: float) -> None:
+        try:
+            cmd = rm.decode_command(msg, self.settings.command_interface, self.hw)
+        except ValueError as exc:
+            self._reject(exc)
+            return
+        self._apply(cmd)
+
+    def _on_low_cmd(self, msg: dt.LowCmd_, received: float) -> None:
+        try:
+            cmd = unitree.read_low_cmd(msg, self.hw)
+        except ValueError as exc:
+            self._reject(exc)
+            return
+        self._apply(cmd)
+
+    def _apply(self, cmd: JointCommand) -> None:
+        if not (np.isfinite(cmd.q).all() and np.isfinite(cmd.kp).all() and np.isfinite(cmd.kd).all()):
+            self._reject(ValueError("command holds NaN or Inf"))
+            return
+        self.robot.send_command(cmd)
+        self.commands += 1
+
+    def publish_state(self) -> None:
+        state = self.robot.read_state()
+        t = self.types
+        if self.settings.profile == "unitree":
+            self._state_writers["low"].write(unitree.low_state_message(state, self.hw))
+        else:
+            for role, msg in rm.twin_state_messages(t, state, self.hw).items():
+                if role in self._state_writers:
+                    self._state_writers[role].write(msg)
+        if self._twist_writer is not None:
+            lin, ang = self._base_twist()
+            self._twist_writer.write(rm.twist_message(t, lin, ang))
+        self.published += 1
+
+    def serve(self, stop: threading.Event, duration_s: float | None = None) -> None:
+        """Publish on the absolute grid t0 + k * period until `stop` is set or `duration_s` has passed."""
+        t0 = time.monotonic()
+        k = 0
+        while not stop.is_set():
+            now = time.monotonic()
+            if duration_s is not None and now - t0 >= duration_s:
+                return
+            self.publish_state()
+            k = max(k + 1, int((time.monotonic() - t0) / self.period))
+            delay = t0 + k * self.period - time.monotonic()
+            if delay > 0:
+                stop.wait(delay)
+
+
+def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s: float | None,
+               command_interface: str | None = None, physics_dt: float | None = None, latency_s: float = 0.0,
+               noise_std: float = 0.0, seed: int = 0, out: TextIO = sys.stdout) -> int:
+    """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied."""
+    hw = load_hardware(find_asset(hardware_path, what="hardware file"))
+    settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
+    robot = connect_twin(hw, ConnectOptions(control_dt=1.0 / hw.control_rate_hz, realtime=True, physics_dt=physics_dt,
+                                            latency_s=latency_s, noise_std=noise_std, seed=seed))
+    try:
+        endpoint = DdsEndpoint(check_domain_id(domain_id))
+    except BaseException:
+        robot.close()
+        raise
+    stop = threading.Event()
+    try:
+        server = DdsTwinServer(robot, hw, settings, endpoint, rate_hz=rate_hz,
+                               base_twist=robot.base_twist if robot.floating else None)
+    except BaseException:
+        robot.close()
+        endpoint.close()
+        raise
+    try:
+        topics = settings.state_topics()
+        print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz, "
+              f"commands on {settings.command_topic_name()}; Ctrl-C stops", file=out, flush=True)
+        server.serve(stop, duration_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        robot.close()
+        endpoint.close()
+    print(f"twin stopped: {server.commands} commands applied, {server.rejected} rejected"
+          f"{' (last: ' + server.last_error + ')' if server.last_error else ''}", file=out, flush=True)
+    return server.commands

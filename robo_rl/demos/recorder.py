@@ -244,7 +244,7 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     from robo_rl.deploy.hardware import load_hardware
     from robo_rl.deploy.session import make_robot
     from robo_rl.deploy.state_machine import Mode
-    from robo_rl.tasks.kinematics import serial_chain
+    from robo_rl.terms.kinematics import serial_chain
 
     hw = load_hardware(hardware)
     dt = 1.0 / hw.control_rate_hz

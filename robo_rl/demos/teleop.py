@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from robo_rl.deploy.actions import dls_step, limit_step, orientation_error
-from robo_rl.deploy.kinematics import SerialChain
+from robo_rl.terms.kinematics import SerialChain
 
 KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
 """Keyboard key -> (axis, direction) of the end-effector velocity."""
@@ -99,7 +99,7 @@ class EeTeleopPolicy:
 
     Args:
         read: returns the device's TeleopInput for this tick.
-        chain: the arm's chain description (`robo_rl.tasks.kinematics.serial_chain` of the twin's MJCF).
+        chain: the arm's chain description (`robo_rl.terms.kinematics.serial_chain` of the twin's MJCF).
         hw: the hardware spec (joint order, gains).
         dt: control period (s).
         max_speed: end-effector speed at full deflection (m/s).

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from robo_rl.deploy.actions import dls_step, limit_step, orientation_error
+from robo_rl.terms.ee_delta import dls_step, limit_step, orientation_error
 from robo_rl.terms.kinematics import SerialChain
 
 KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}

@@ -20,7 +20,8 @@ from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.arm_reach import PANDA_JOINTS
-from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.mjcf import check_model_file
 from robo_rl.tasks.task_config import TaskConfig
 from robo_rl.terms import ObservationTermRecord, register_observation
 from robo_rl.terms.base_motion import identity

@@ -24,10 +24,10 @@ from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ObsTerm
 from robo_rl.sim.mujoco_cpu import mujoco  # the backend picks a headless MUJOCO_GL before importing mujoco
-from robo_rl.tasks.base import add_motor_lag, check_model_file
 from robo_rl.tasks.curriculum import initial_terrain_levels, next_terrain_levels, spawn_origins, terrain_columns
 from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.heightmap import ground_height, height_scan, scan_offsets, scan_size, yaw_from_quat
+from robo_rl.tasks.mjcf import add_motor_lag, check_model_file
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
 from robo_rl.tasks.terrain import Terrain, TerrainConfig, generate_terrain, size_hfield, write_hfield
 from robo_rl.terms import ObservationTermRecord, register_observation

@@ -36,7 +36,7 @@ from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import atomic_write, check_output_file
-from robo_rl.terms import ACTION_TERMS
+from robo_rl.terms import ACTION_TERMS, validate_contract
 
 OPSET = 18
 PARITY_TOLERANCE = 1e-5
@@ -174,8 +174,9 @@ def export_policy(
 
     The contract's `extra["train_eval"]` records the policy's task metrics in simulation (one
     deterministic episode in each of `parity_envs` worlds), for comparison on the robot.
-    Returns the contract written. Raises ValueError (one line) for bad input or a failed parity
-    check; in both cases no file is left at `out` or beside it.
+    Returns the contract written. Raises ValueError (one line) for bad input, a contract the term registry
+    refuses (`robo_rl.terms.validate_contract`) or a failed parity check; in each case no file is left at `out`
+    or beside it.
     """
     from robo_rl.learn.evaluation import run_episodes
 
@@ -212,6 +213,7 @@ def export_policy(
     if chunk != contract.action.chunk:
         contract = dataclasses.replace(contract, action=dataclasses.replace(contract.action, chunk=chunk))
 
+    validate_contract(contract)  # the robot refuses what the registry does not know: refuse it before writing
     module = ExportedPolicy(policy, contract)
     model = embed_contract(onnx_bytes(module, obs[:4]), contract)
     error = parity_error(model, module, obs)

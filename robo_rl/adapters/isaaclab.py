@@ -20,7 +20,7 @@ outside `make_framework_env`.
   Episode/return, Episode/length and Episode/terminated when episodes end.
 - **Deploy contract** (`contract`), read from the managers: joint names and default pose of the entity
   `robot`, the joint-position action terms' scale and offset, the policy group's terms mapped onto our
-  observation vocabulary (`OBSERVATION_TERMS`) with their dims, scales, clips and history, step and
+  observation term registry (`robo_rl.terms.OBSERVATION_TERMS`) with their dims, scales, clips and history, step and
   physics dt, PD gains and torque limits of the actuators, the velocity-command ranges. A task with a term
   our deploy side cannot compute trains but cannot be exported (one-line error naming the term).
 - **Checkpoints:** neither framework can save its simulator state, so a resumed run starts new episodes
@@ -39,7 +39,8 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import ConfigError, UserError, _f
-from robo_rl.core.contract import OBSERVATION_TERMS, ActionSpec, ActionTermSpec, DeployContract, ObsTerm
+from robo_rl.core.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm
+from robo_rl.terms import OBSERVATION_TERMS, TermContext, validate_contract
 
 FRAMEWORKS = {"mjlab": "mjlab:", "isaaclab": "isaaclab:"}
 """Framework name -> task-name prefix."""
@@ -54,16 +55,6 @@ POLICY_GROUPS = ("policy", "actor")
 
 # Observation term functions -> our vocabulary. Terms computed by a generic function (mjlab's
 # `builtin_sensor`) map by the term's own name when that name is in the vocabulary.
-TERM_FUNCTIONS = {
-    "base_lin_vel": "base_lin_vel",
-    "base_ang_vel": "base_ang_vel",
-    "projected_gravity": "projected_gravity",
-    "joint_pos_rel": "joint_pos_rel",
-    "joint_vel_rel": "joint_vel",  # relative to a default velocity of 0
-    "last_action": "last_action",
-    "generated_commands": "velocity_command",  # when the command is a 3-D twist (checked)
-}
-
 JOINT_POSITION_ACTIONS = ("JointPositionAction",)
 """Action term classes whose targets are default (or offset) + scale * action: what the deploy side runs."""
 
@@ -407,15 +398,22 @@ def _symmetric_clip(clip: Any, where: str) -> float | None:
 
 
 def vocabulary_name(term_name: str, func_name: str, dim: int, num_joints: int) -> str | None:
-    """Our vocabulary name of a framework observation term, or None when the deploy side has no equivalent."""
-    name = TERM_FUNCTIONS.get(func_name)
-    if name is None and term_name in OBSERVATION_TERMS:
-        name = term_name  # a generic function (mjlab's builtin_sensor) under a vocabulary name
-    if name == "velocity_command" and dim != 3:
-        return None  # another command (a pose, a motion) that the deploy side does not take
-    if name in ("joint_pos_rel", "joint_vel") and dim != num_joints:
-        return None  # a subset of the joints: our per-joint terms cover them all
-    return name
+    """Our registered name of a framework observation term, or None when the deploy side has no equivalent.
+
+    A registered term whose record lists `func_name` among its `framework_names`, else one registered under the
+    framework term's own name (a generic function, e.g. mjlab's builtin_sensor); either way the size must be the
+    term's (a per-joint term over a subset of the joints, or a command other than a 3-D twist, has none).
+    """
+    found = [name for name, r in OBSERVATION_TERMS.items() if func_name in r.framework_names]
+    if not found and term_name in OBSERVATION_TERMS:
+        found = [term_name]
+    if not found:
+        return None
+    record = OBSERVATION_TERMS.get(found[0])
+    if record.numpy is None:
+        return None  # simulation only: the deploy side does not compute it
+    expected = record.expected_dim(TermContext(num_joints=num_joints, action_dim=None))
+    return found[0] if expected is None or dim == expected else None
 
 
 def _term_cfg(om: Any, group: str, name: str) -> Any:
@@ -445,8 +443,8 @@ def observation_terms(u: Any, group: str, num_joints: int, where: str) -> tuple[
         vocab = vocabulary_name(name, _func_name(tcfg.func), dim, num_joints)
         if vocab is None or dim <= 0:
             raise ValueError(f"{at} ({_func_name(tcfg.func)}, {dim} values) has no deploy-side equivalent in "
-                             f"robo_rl's vocabulary ({', '.join(OBSERVATION_TERMS)}); the task trains but cannot be "
-                             "exported for deployment")
+                             f"robo_rl's vocabulary ({', '.join(OBSERVATION_TERMS.names())}); the task trains but "
+                             "cannot be exported for deployment")
         terms.append(ObsTerm(name=vocab, dim=dim, scale=_one_scale(tcfg.scale, at),
                              clip=_symmetric_clip(tcfg.clip, at), history=history))
     return tuple(terms)
@@ -555,7 +553,7 @@ def framework_contract(u: Any, *, robot: str, task: str, policy_group: str,
             physics_dt=float(u.physics_dt),
             extra={"framework_task": task, **command_extra(u, policy_group)},
         )
-        contract.validate()
+        validate_contract(contract)
     except ValueError as exc:
         raise UserError(f"{exc}" if str(exc).startswith(where) else f"{where}: {exc}") from None
     return contract

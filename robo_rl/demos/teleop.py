@@ -29,12 +29,12 @@ import numpy as np
 from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.demos.recorder import RecordingRobot, SimCameras, robot_features
 from robo_rl.demos.replay import paced_ticks
-from robo_rl.deploy.actions import dls_step, limit_step, orientation_error
 from robo_rl.deploy.controller import Controller
 from robo_rl.deploy.hardware import load_hardware
-from robo_rl.deploy.kinematics import SerialChain
 from robo_rl.deploy.session import make_robot
 from robo_rl.deploy.state_machine import Mode
+from robo_rl.terms.ee_delta import dls_step, limit_step, orientation_error
+from robo_rl.terms.kinematics import SerialChain, serial_chain
 
 KEYS = {"w": (0, 1.0), "s": (0, -1.0), "a": (1, 1.0), "d": (1, -1.0), "r": (2, 1.0), "f": (2, -1.0)}
 """Keyboard key -> (axis, direction) of the end-effector velocity."""
@@ -108,7 +108,7 @@ class EeTeleopPolicy:
 
     Args:
         read: returns the device's TeleopInput for this tick.
-        chain: the arm's chain description (`robo_rl.tasks.kinematics.serial_chain` of the twin's MJCF).
+        chain: the arm's chain description (`robo_rl.terms.kinematics.serial_chain` of the twin's MJCF).
         hw: the hardware spec (joint order, gains).
         dt: control period (s).
         max_speed: end-effector speed at full deflection (m/s).
@@ -278,7 +278,6 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     closes the episode, `quit` (or `max_ticks` ticks of POLICY) ends the session. Returns the recorder's
     report plus "episodes". Every command goes through the deploy core's safety filter.
     """
-    from robo_rl.tasks.kinematics import serial_chain  # torch (the train extra, as the twin's mujoco)
 
     hw = load_hardware(hardware)
     dt = 1.0 / hw.control_rate_hz

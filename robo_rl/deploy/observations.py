@@ -1,69 +1,45 @@
-"""Observation terms in numpy, named exactly like the sim-side torch terms in
-`robo_rl.tasks.observations`, and the builder that assembles a policy input from a RobotState.
+"""The builder that assembles a policy input from a RobotState, term by term from the term registry.
 
-A parity test feeds the same physics states to both sides and requires equal observations.
-Inputs are single states (no batch dimension); quaternions are (w, x, y, z).
+Each observation term's numpy function (`robo_rl.terms`) runs on the sources this robot provides: its joints
+(matched by name), IMU, end-effector and object positions, the operator's commands and the previous action. A
+parity test feeds the same physics states to the sim's torch functions and these, and requires equal
+observations. Inputs are single states (no batch dimension); quaternions are (w, x, y, z).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import RobotState
+from robo_rl.terms import OBSERVATION_TERMS
 
 _BASE_ORIGIN = np.zeros(3)  # positions are reported in the robot base frame already
-_DOWN = np.array([0.0, 0.0, -1.0])
+
+COMMON_SOURCES = ("joint_pos", "joint_vel", "default_joint_pos", "action", "base_pos")
+"""Sources every robot provides (see `robo_rl.terms.SOURCES`)."""
+IMU_SOURCES = ("base_quat", "base_ang_vel_b", "base_lin_vel_b")
+"""Sources of a floating base with an IMU (a `legged` robot)."""
+KIND_SOURCES = {
+    "legged": IMU_SOURCES + ("velocity_command",),
+    "arm": ("ee_pos", "target_pos", "object_pos"),
+}
+"""Further sources a robot of each hardware kind provides (state fields and operator commands)."""
 
 
-def quat_rotate_inverse(q: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Rotate world-frame v (3,) into the frame of unit quaternion q (4,): R(q)^T v."""
-    w, xyz = q[0], q[1:]
-    t = 2.0 * np.cross(xyz, v)
-    return v - w * t + np.cross(xyz, t)
+def robot_sources(kind: str) -> tuple[str, ...]:
+    """Sources the deploy side has on a robot of hardware `kind`."""
+    return COMMON_SOURCES + KIND_SOURCES.get(kind, KIND_SOURCES["arm"])
 
 
-def base_ang_vel(ang_vel_b: np.ndarray) -> np.ndarray:
-    return ang_vel_b
-
-
-def base_lin_vel(base_quat: np.ndarray, lin_vel_w: np.ndarray) -> np.ndarray:
-    return quat_rotate_inverse(base_quat, lin_vel_w)
-
-
-def projected_gravity(base_quat: np.ndarray) -> np.ndarray:
-    return quat_rotate_inverse(base_quat, _DOWN)
-
-
-def velocity_command(command: np.ndarray) -> np.ndarray:
-    return command
-
-
-def joint_pos_rel(joint_pos: np.ndarray, default_joint_pos: np.ndarray) -> np.ndarray:
-    return joint_pos - default_joint_pos
-
-
-def joint_vel(joint_vel_: np.ndarray) -> np.ndarray:
-    return joint_vel_
-
-
-def last_action(action: np.ndarray) -> np.ndarray:
-    return action
-
-
-def ee_pos(ee_pos_b: np.ndarray, base_pos: np.ndarray) -> np.ndarray:
-    return ee_pos_b - base_pos
-
-
-def target_pos(target_pos_b: np.ndarray, base_pos: np.ndarray) -> np.ndarray:
-    return target_pos_b - base_pos
-
-
-def object_pos(object_pos_b: np.ndarray, base_pos: np.ndarray) -> np.ndarray:
-    return object_pos_b - base_pos
+def computable_terms(kind: str) -> tuple[str, ...]:
+    """Observation terms the deploy side computes on a robot of `kind`: those with a numpy function whose
+    inputs the robot provides."""
+    have = set(robot_sources(kind))
+    return tuple(name for name, r in OBSERVATION_TERMS.items() if r.numpy is not None and have.issuperset(r.inputs))
 
 
 def to_wxyz(quat: np.ndarray, order: str) -> np.ndarray:
@@ -106,36 +82,42 @@ class ObservationBuilder:
             self._names = state_names
         return self._index
 
-    def terms(
+    def sources(
         self, state: RobotState, *, commands: Mapping[str, np.ndarray], action: np.ndarray
     ) -> dict[str, np.ndarray]:
-        """Every term this state and these commands provide, unscaled.
+        """Every source this state, these commands and the previous action provide (`robo_rl.terms.SOURCES`)."""
+        idx = self.policy_index(state.joint_names)
+        out = {"joint_pos": state.q[idx], "joint_vel": state.dq[idx], "default_joint_pos": self.default_q,
+               "action": action, "base_pos": _BASE_ORIGIN}
+        optional = {
+            "base_quat": None if state.imu_quat is None else to_wxyz(state.imu_quat, self.hw.quaternion_order),
+            "base_ang_vel_b": state.imu_gyro,
+            "base_lin_vel_b": state.base_lin_vel,
+            "ee_pos": state.ee_pos,
+            "object_pos": state.object_pos,
+        }
+        out.update({k: v for k, v in optional.items() if v is not None})
+        out.update(commands)
+        return out
+
+    def terms(
+        self, state: RobotState, *, commands: Mapping[str, np.ndarray], action: np.ndarray,
+        names: Iterable[str] | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Observation terms (default: every registered one) that this state and these commands provide, unscaled.
 
         Args:
             state: the robot's reading.
             commands: operator inputs by term name, e.g. {"velocity_command": (3,)} or {"target_pos": (3,)}.
             action: the previous policy action (A,).
+            names: the terms wanted; those that cannot be computed here are left out.
         """
-        idx = self.policy_index(state.joint_names)
-        out = {
-            "joint_pos_rel": joint_pos_rel(state.q[idx], self.default_q),
-            "joint_vel": joint_vel(state.dq[idx]),
-            "last_action": last_action(action),
-        }
-        if state.imu_quat is not None:
-            out["projected_gravity"] = projected_gravity(to_wxyz(state.imu_quat, self.hw.quaternion_order))
-        if state.imu_gyro is not None:
-            out["base_ang_vel"] = base_ang_vel(state.imu_gyro)
-        if state.base_lin_vel is not None:
-            out["base_lin_vel"] = state.base_lin_vel
-        if state.ee_pos is not None:
-            out["ee_pos"] = ee_pos(state.ee_pos, _BASE_ORIGIN)
-        if state.object_pos is not None:
-            out["object_pos"] = object_pos(state.object_pos, _BASE_ORIGIN)
-        if "velocity_command" in commands:
-            out["velocity_command"] = velocity_command(commands["velocity_command"])
-        if "target_pos" in commands:
-            out["target_pos"] = target_pos(commands["target_pos"], _BASE_ORIGIN)
+        sources = self.sources(state, commands=commands, action=action)
+        out = {}
+        for name in OBSERVATION_TERMS.names() if names is None else names:
+            record = OBSERVATION_TERMS.get(name) if name in OBSERVATION_TERMS else None
+            if record is not None and record.numpy is not None and all(k in sources for k in record.inputs):
+                out[name] = record.numpy(*(sources[k] for k in record.inputs))
         return out
 
     def build(self, state: RobotState, *, commands: Mapping[str, np.ndarray], action: np.ndarray) -> np.ndarray:
@@ -144,7 +126,7 @@ class ObservationBuilder:
         A term with history h contributes its last h values, oldest first, as the sim side stacks them;
         call once per control step (each call advances the history) and `reset` when a new episode starts.
         """
-        values = self.terms(state, commands=commands, action=action)
+        values = self.terms(state, commands=commands, action=action, names=[t.name for t in self.contract.observation])
         first = self._past is None
         if first:
             self._past = {}

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator, MutableMapping
 
 import numpy as np
 
-from robo_rl.core.contract import COMMAND_TERMS, TERM_DIMS, DeployContract, command_ranges
-
-_FALLBACK_TARGET = (0.5, 0.0, 0.4)  # reach target when a contract records no target box (base frame, m)
+from robo_rl.core.contract import DeployContract
+from robo_rl.terms import OBSERVATION_TERMS
+from robo_rl.terms.command_ranges import command_ranges
 
 
 def _fmt(a: np.ndarray) -> str:
@@ -73,18 +73,15 @@ class OperatorCommands(MutableMapping):
     """
 
     def __init__(self, contract: DeployContract, warn: Callable[[str], None] | None = None):
-        self._dims = {t.name: TERM_DIMS[t.name] for t in contract.observation if t.name in COMMAND_TERMS}
+        records = {t.name: OBSERVATION_TERMS.get(t.name) for t in contract.observation if t.name in OBSERVATION_TERMS}
+        self._dims = {t.name: t.dim for t in contract.observation if t.name in records and records[t.name].command}
         self._ranges = command_ranges(contract)  # ValueError on a malformed recorded range
         self._warn = warn or _print_warning
         self._values: dict[str, np.ndarray] = {}
         for name in self._dims:
-            low, high = self._ranges.get(name, (None, None))
-            if name == "target_pos":
-                neutral = (np.asarray(low) + np.asarray(high)) / 2 if low is not None else np.array(_FALLBACK_TARGET)
-            else:
-                neutral = np.zeros(self._dims[name])
-                if low is not None:
-                    neutral = np.clip(neutral, low, high)
+            trained = self._ranges.get(name)
+            start = records[name].command_neutral
+            neutral = np.zeros(self._dims[name]) if start is None else np.asarray(start(trained), dtype=np.float64)
             self._values[name] = neutral
 
     @property

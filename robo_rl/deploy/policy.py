@@ -14,9 +14,11 @@ import numpy as np
 from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.actions import ActionMap
 from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.observations import ObservationBuilder
+from robo_rl.deploy.observations import IMU_SOURCES, ObservationBuilder, computable_terms
 from robo_rl.deploy.operator_commands import OperatorCommands
 from robo_rl.deploy.robot import RobotState
+from robo_rl.terms import ACTION_TERMS, OBSERVATION_TERMS
+from robo_rl.terms import validate_contract as validate_terms
 
 # The file format shared with the exporter (robo_rl.export.onnx_export): metadata key and tensor names.
 CONTRACT_KEY = "robo_rl.contract"
@@ -52,7 +54,7 @@ class OnnxPolicy:
         if CONTRACT_KEY not in meta:
             raise ValueError(f"policy file {p} carries no deploy contract (metadata key {CONTRACT_KEY!r})")
         self.contract = DeployContract.from_json(meta[CONTRACT_KEY])
-        self.contract.validate()  # before anything below relies on its fields
+        validate_terms(self.contract)  # before anything below relies on its fields
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.noise_dim = int((self.contract.extra.get("flow") or {}).get("noise_input_dim", 0))
@@ -92,23 +94,12 @@ class OnnxPolicy:
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
 
 
-_IMU_TERMS = ("base_ang_vel", "projected_gravity", "base_lin_vel")
-"""Terms that need a floating base with an IMU (a `legged` robot)."""
-
-
-def computable_terms(kind: str) -> tuple[str, ...]:
-    """Observation terms the deploy side computes on a robot of `kind` (see ObservationBuilder.terms)."""
-    common = ("joint_pos_rel", "joint_vel", "last_action")
-    if kind == "legged":
-        return common + _IMU_TERMS + ("velocity_command",)
-    return common + ("ee_pos", "target_pos", "object_pos")
-
-
 def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     """Refuse to run a policy whose contract is malformed or disagrees with the robot, before anything moves.
 
-    Checks the contract on its own (`DeployContract.validate`), then against the hardware: joints,
-    robot, rate, observation terms computable on this robot kind (IMU terms need `kind: legged`),
+    Checks the contract on its own and against the term registry (`robo_rl.terms.validate_contract`), then
+    against the hardware: joints, robot, rate, observation terms computable on this robot kind (terms that read
+    the IMU need `kind: legged`),
     default pose inside the limits, torque
     limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max), and action terms the
     robot can carry out (`check_action_terms`).
@@ -116,7 +107,7 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     Raises:
         ValueError: one line naming the field (and the joint where there is one).
     """
-    contract.validate()
+    validate_terms(contract)
     names = contract.joint_names
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -152,7 +143,8 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
                              f"{bound[i]:g} (hardware {hw.robot!r})")
     allowed = computable_terms(hw.kind)
     for t in contract.observation:
-        if t.name in _IMU_TERMS and hw.kind != "legged":
+        record = OBSERVATION_TERMS.get(t.name) if t.name in OBSERVATION_TERMS else None
+        if record is not None and set(record.inputs) & set(IMU_SOURCES) and hw.kind != "legged":
             raise ValueError(f"contract observation term {t.name!r} needs an IMU on a floating base, but hardware "
                              f"{hw.robot!r} is kind {hw.kind!r} (is kind wrong in the hardware file?)")
         if t.name not in allowed:
@@ -164,20 +156,17 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
 def check_action_terms(contract: DeployContract, hw: HardwareSpec) -> None:
     """Refuse action terms this robot cannot carry out (ValueError, one line naming the term).
 
-    ee_delta needs a fixed-base arm (its chain starts at the robot base); the targets of gripper and
-    joint_position terms (open / closed widths, offsets) must lie inside the robot's joint limits.
+    A kind may need certain hardware kinds (`robot_kinds` of its record: ee_delta needs a fixed-base arm); the
+    joint positions a term names (`fixed_targets`: gripper widths, joint_position offsets) must lie inside the
+    robot's joint limits.
     """
     for i, term in enumerate(contract.action.terms):
         at = f"contract action.terms[{i}] ({term.kind})"
-        if term.kind == "ee_delta" and hw.kind != "arm":
-            raise ValueError(f"{at}: end-effector actions need a fixed-base arm, but hardware {hw.robot!r} is "
-                             f"kind {hw.kind!r}")
-        targets: list[tuple[str, str, float]] = []  # (param, joint, value)
-        if term.kind == "gripper":
-            targets = [(key, term.joints[0], term.params[key]) for key in ("open", "closed")]
-        elif term.kind == "joint_position":
-            targets = [("offset", j, v) for j, v in zip(term.joints, term.params["offset"], strict=True)]
-        for key, joint, value in targets:
+        record = ACTION_TERMS.get(term.kind)
+        if record.robot_kinds is not None and hw.kind not in record.robot_kinds:
+            need = record.robot_kinds_reason or f"needs hardware of kind {' or '.join(record.robot_kinds)}"
+            raise ValueError(f"{at}: {need}, but hardware {hw.robot!r} is kind {hw.kind!r}")
+        for key, joint, value in record.fixed_targets(term):
             k = int(hw.index_of([joint])[0])
             lo, hi = hw.joint_lower[k], hw.joint_upper[k]
             if not lo - 1e-9 <= value <= hi + 1e-9:

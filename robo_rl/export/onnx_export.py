@@ -6,10 +6,10 @@ stateless joint-space action terms):
 
     inputs:  obs            (B, O) float32, terms in contract order
     outputs: actions        (B, A) float32, the clipped policy action (what `last_action` observes)
-             joint_targets  (B, J) float32, contract joint order: default_joint_pos + scale * a for
-                            joint_position_offset terms, offset + scale * a for joint_position terms;
-                            NaN for the joints of terms that need the robot's state (ee_delta: the
-                            measured joints; gripper: the previous target)
+             joint_targets  (B, J) float32, contract joint order: offset + scale * a for the action terms
+                            whose record gives a `graph_affine` (joint_position_offset: the default pose;
+                            joint_position: params.offset); NaN for the joints of terms that need the
+                            robot's state (ee_delta: the measured joints; gripper: the previous target)
 
 The deploy side computes every joint target itself from `actions` and the measured state
 (`robo_rl.deploy.actions`); `joint_targets` serves consumers of joint-space policies that run the
@@ -38,13 +38,10 @@ from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_N
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import check_output_file
 from robo_rl.learn.run_folder import read_provenance
+from robo_rl.terms import ACTION_TERMS, validate_contract
 
 OPSET = 18
 PARITY_TOLERANCE = 1e-5
-
-
-STATELESS_KINDS = ("joint_position_offset", "joint_position")
-"""Action kinds whose joint targets the graph computes; the others need the robot's state (NaN in the graph)."""
 
 
 class ExportedPolicy(nn.Module):
@@ -66,23 +63,22 @@ class ExportedPolicy(nn.Module):
         """Size of the second input `noise` (a flow policy's x_0), 0 when the graph takes only `obs`."""
         self.clip = float(contract.action.clip) if contract.action.clip is not None else None
         index = {n: i for i, n in enumerate(contract.joint_names)}
-        default = torch.tensor(contract.default_joint_pos, dtype=torch.float32)  # (J,)
-        self.terms: list[tuple[str, slice]] = []  # (kind, action columns); constants are buffers term<i>_*
+        default = contract.default_joint_pos
+        self.terms: list[tuple[bool, slice]] = []  # (affine in the graph, action columns); buffers term<i>_*
         order: list[int] = []
         start = 0
         for i, spec in enumerate(contract.action.terms):
             joints = [index[j] for j in spec.joints]
             order += joints
-            self.terms.append((spec.kind, slice(start, start + spec.dim)))
+            affine = ACTION_TERMS.get(spec.kind).graph_affine
+            self.terms.append((affine is not None, slice(start, start + spec.dim)))
             start += spec.dim
-            if spec.kind == "joint_position_offset":
-                self.register_buffer(f"term{i}_offset", default[joints])
-            elif spec.kind == "joint_position":
-                self.register_buffer(f"term{i}_offset", torch.tensor(spec.params["offset"], dtype=torch.float32))
-            else:
+            if affine is None:  # the term needs the robot's state: NaN in the graph
                 self.register_buffer(f"term{i}_nan", torch.full((len(joints),), float("nan")))
                 continue
-            self.register_buffer(f"term{i}_scale", torch.tensor(spec.scale, dtype=torch.float32))
+            offset, scale = affine(spec, [default[j] for j in joints])
+            self.register_buffer(f"term{i}_offset", torch.tensor(offset, dtype=torch.float32))
+            self.register_buffer(f"term{i}_scale", torch.tensor(scale, dtype=torch.float32))
         # (J,) the terms' targets, concatenated in term order, back into contract joint order
         self.reorder = None if order == list(range(len(order))) else torch.argsort(torch.tensor(order)).tolist()
 
@@ -92,8 +88,8 @@ class ExportedPolicy(nn.Module):
         if self.clip is not None:
             actions = actions.clamp(-self.clip, self.clip)
         parts = []
-        for i, (kind, cols) in enumerate(self.terms):
-            if kind in STATELESS_KINDS:
+        for i, (in_graph, cols) in enumerate(self.terms):
+            if in_graph:
                 parts.append(getattr(self, f"term{i}_offset") + getattr(self, f"term{i}_scale") * actions[..., cols])
             else:
                 nan = getattr(self, f"term{i}_nan")
@@ -181,8 +177,9 @@ def export_policy(
     The contract's `extra["train_eval"]` records the policy's task metrics in simulation (one
     deterministic episode in each of `parity_envs` worlds), for comparison on the robot.
     `extra["commit"]` (and `commit_dirty`) name the commit the run was started from, when its run
-    folder recorded one (`robo_rl.learn.run_folder`). Returns the contract written. Raises ValueError
-    (one line) for bad input or a failed parity check; in both cases no file is left at `out` or beside it.
+    folder recorded one (`robo_rl.learn.run_folder`). Returns the contract written. Raises ValueError (one
+    line) for bad input, a contract the term registry refuses (`robo_rl.terms.validate_contract`) or a failed
+    parity check; in each case no file is left at `out` or beside it.
     """
     from robo_rl.learn.evaluation import run_episodes
 
@@ -223,6 +220,7 @@ def export_policy(
     if chunk != contract.action.chunk:
         contract = dataclasses.replace(contract, action=dataclasses.replace(contract.action, chunk=chunk))
 
+    validate_contract(contract)  # the robot refuses what the registry does not know: refuse it before writing
     module = ExportedPolicy(policy, contract)
     model = embed_contract(onnx_bytes(module, obs[:4]), contract)
     error = parity_error(model, module, obs)

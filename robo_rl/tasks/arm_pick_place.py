@@ -18,12 +18,15 @@ from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
-from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.actions import ee_delta_spec, gripper_spec
 from robo_rl.tasks.arm_reach import PANDA_JOINTS
-from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.mjcf import check_model_file
 from robo_rl.tasks.task_config import TaskConfig
+from robo_rl.terms import ObservationTermRecord, register_observation
+from robo_rl.terms.base_motion import identity
+from robo_rl.terms.ee_delta import ee_delta_spec
+from robo_rl.terms.gripper import gripper_spec
 
 GRIPPER_JOINT = "finger_joint1"
 """The actuated finger; finger_joint2 follows it through an equality constraint in the MJCF."""
@@ -101,6 +104,12 @@ class ArmPickPlaceConfig(TaskConfig):
             if any(a > b for a, b in zip(lo, hi, strict=True)):
                 raise ConfigError(f"config error: env.{low} = {list(lo)!r}: must not exceed env.{high} = "
                                   f"{list(hi)!r} in any axis")
+
+
+register_observation(ObservationTermRecord(
+    name="object_lin_vel", inputs=("object_lin_vel_w",), torch=identity, numpy=None, dim=3,  # sim only: the critic's
+))
+"""The goal cube's linear velocity (3,) in the world; privileged, never deployed."""
 
 
 class ArmPickPlaceEnv(TaskEnv):
@@ -181,16 +190,9 @@ class ArmPickPlaceEnv(TaskEnv):
         self.lifted |= self.is_lifted
 
     # ------------------------------------------------------------------ task hooks
-    def _obs_terms(self) -> dict[str, Tensor]:
-        return {
-            "joint_pos_rel": obs.joint_pos_rel(self.q, self.default_joint_pos),
-            "joint_vel": obs.joint_vel(self.dq),
-            "ee_pos": obs.ee_pos(self.ee_pos_w, self.base_pos),
-            "object_pos": obs.object_pos(self.object_pos_w, self.base_pos),
-            "target_pos": obs.target_pos(self.target, self.base_pos),
-            "last_action": obs.last_action(self.action),
-            "object_lin_vel": self.object_vel_w,
-        }
+    def _obs_sources(self) -> dict[str, Tensor]:
+        return {**super()._obs_sources(), "ee_pos": self.ee_pos_w, "object_pos": self.object_pos_w,
+                "target_pos": self.target, "base_pos": self.base_pos, "object_lin_vel_w": self.object_vel_w}
 
     def _reward_terms(self) -> dict[str, Tensor]:
         c = self.cfg

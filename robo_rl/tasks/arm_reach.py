@@ -15,9 +15,9 @@ from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import DeployContract, ObsTerm
-from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.mjcf import check_model_file
 from robo_rl.tasks.task_config import TaskConfig
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
@@ -98,14 +98,9 @@ class ArmReachEnv(TaskEnv):
         super()._refresh()
         self.ee_distance = rew.cost_position_error_l2(self.ee_pos_w, self.target)  # (N,)
 
-    def _obs_terms(self) -> dict[str, Tensor]:
-        return {
-            "joint_pos_rel": obs.joint_pos_rel(self.q, self.default_joint_pos),
-            "joint_vel": obs.joint_vel(self.dq),
-            "ee_pos": obs.ee_pos(self.ee_pos_w, self.base_pos),
-            "target_pos": obs.target_pos(self.target, self.base_pos),
-            "last_action": obs.last_action(self.action),
-        }
+    def _obs_sources(self) -> dict[str, Tensor]:
+        return {**super()._obs_sources(), "ee_pos": self.ee_pos_w, "target_pos": self.target,
+                "base_pos": self.base_pos}
 
     def _reward_terms(self) -> dict[str, Tensor]:
         return {

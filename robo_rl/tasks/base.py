@@ -1,14 +1,15 @@
 """The VecEnv every task implements: batched torch tensors, auto-reset, per-term reward logging.
 
-A task subclasses `TaskEnv` and fills in a handful of small methods (`_apply_action`,
-`_obs_terms`, `_reward_terms`, `_terminated`, `_reset_worlds`, `_episode_metrics`) that call the
-pure term functions in `observations.py` / `rewards.py`. The base class owns the physics stepping,
-episode bookkeeping, auto-reset with `info["final_obs"]`, logging and the RNG.
+A task subclasses `TaskEnv`, lists its observation terms (`policy_terms`, `critic_extra_terms`) and action
+terms (`_action_term_specs`) from the term registry (`robo_rl.terms`), and fills in a handful of small methods
+(`_obs_sources`, `_reward_terms`, `_terminated`, `_reset_worlds`, `_episode_metrics`) that call the pure
+functions in `rewards.py`. The base class composes the observation manager (terms, noise, history, groups) and
+the action manager (terms, layout, targets) and owns the physics stepping, episode bookkeeping, auto-reset with
+`info["final_obs"]`, logging and the RNG.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -17,62 +18,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError
-from robo_rl.core.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm, validate_action
+from robo_rl.core.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.sim.backend import PhysicsBackend, make_backend
-from robo_rl.sim.mujoco_cpu import load_model
 from robo_rl.tasks import events
-from robo_rl.tasks.actions import ActionTerm, joint_position_offset_spec, make_term
+from robo_rl.tasks.action_manager import ActionManager, as_slice
 from robo_rl.tasks.events import DomainRandConfig
+from robo_rl.tasks.mjcf import load_mjcf
+from robo_rl.tasks.observation_manager import ObservationManager, with_history
 from robo_rl.tasks.randomization import DomainRandomization
-
-
-def check_model_file(model: str, path: str = "env.model") -> None:
-    """ConfigError unless `model` names an existing MJCF file (found by `robo_rl.core.assets.find_asset`)."""
-    if not model.strip():
-        raise ConfigError(f"config error: {path} = {model!r}: expected the path of an MJCF file")
-    try:
-        find_asset(model, what="MJCF file")
-    except ValueError as exc:
-        raise ConfigError(f"config error: {path} = {model!r}: {exc}") from None
-
-
-def _load_mjcf(model: str, *, motor_lag_s: float = 0.0, lag_actuators: tuple[str, ...] = ()) -> Any:
-    """The MjModel of a task's MJCF; ConfigError (one line) when it is missing or MuJoCo cannot compile it.
-
-    motor_lag_s > 0 gives the actuators `lag_actuators` a first-order lag (see `add_motor_lag`).
-    """
-    check_model_file(model)
-    try:
-        if motor_lag_s <= 0.0:
-            return load_model(find_asset(model))
-        import mujoco
-
-        spec = mujoco.MjSpec.from_file(str(find_asset(model)))
-        add_motor_lag(spec, lag_actuators, motor_lag_s)
-        return spec.compile()
-    except ValueError as exc:  # mujoco reports XML and compile errors as ValueError
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"config error: env.model = {model!r}: MuJoCo cannot load it: {first}") from None
-
-
-def add_motor_lag(spec: Any, actuators: tuple[str, ...], motor_lag_s: float) -> None:
-    """Give `actuators` of an MjSpec a first-order lag of time constant motor_lag_s (0: none).
-
-    MuJoCo's exact `filterexact` dynamics: the commanded position moves toward ctrl with that time
-    constant, integrated every physics step, and the lagged value is part of the state.
-    """
-    if motor_lag_s <= 0.0:
-        return
-    import mujoco
-
-    for name in actuators:
-        actuator = spec.actuator(name)
-        if actuator is None:
-            raise ConfigError(f"config error: env.motor_lag_s: the model has no actuator {name!r} to delay")
-        actuator.dyntype = mujoco.mjtDyn.mjDYN_FILTEREXACT
-        actuator.dynprm[0] = motor_lag_s
+from robo_rl.terms import TermContext
+from robo_rl.terms.joint_position_offset import joint_position_offset_spec
 
 
 class TaskEnv(DomainRandomization):
@@ -134,16 +90,13 @@ class TaskEnv(DomainRandomization):
         self._reward_weights = torch.tensor([cfg.rewards[n] * self.dt for n in self.reward_terms])[:, None]  # (K, 1)
         self.policy_terms = with_history(self.policy_terms, getattr(cfg, "obs_history", {}))
         self.rand: DomainRandConfig = getattr(cfg, "randomization", None) or DomainRandConfig()
-        noise = {t.name: self.rand.obs_noise.get(t.name, 0.0) for t in self.policy_terms}
-        self._obs_noise = {k: v for k, v in noise.items() if v > 0.0}  # term -> half-width
-        # The policy group is a view of the critic's first columns unless it has noise or history.
-        self._policy_is_view = not self._obs_noise and all(t.history == 1 for t in self.policy_terms)
-        self.obs_dims = {
-            "policy": sum(t.dim * t.history for t in self.policy_terms),
-            "critic": sum(t.dim for t in self.policy_terms + self.critic_extra_terms),
-        }
         self._resolve_joints()
         self._build_action_terms()
+        self.observations = ObservationManager(
+            self.policy_terms, self.critic_extra_terms, num_envs=num_envs, noise=self.rand.obs_noise,
+            generator=self.generator, context=TermContext(num_joints=len(self.joint_names), action_dim=self.action_dim),
+        )
+        self.obs_dims = self.observations.dims
         self.action = torch.zeros(num_envs, self.action_dim)  # (N, A) the policy's latest (clipped) action
         self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A) the one before it
         # Float32 copies of the physics state and sensors, refreshed in place; the named parts are views.
@@ -155,10 +108,6 @@ class TaskEnv(DomainRandomization):
         self._joint_views = isinstance(self.q_idx, slice) and isinstance(self.dq_idx, slice)
         self.q = self.qpos32[:, self.q_idx]  # (N, J) a view when the joints' addresses are consecutive
         self.dq = self.qvel32[:, self.dq_idx]  # (N, J)
-        # Past values of policy terms with history > 1: (N, history - 1, dim), oldest first.
-        self._history = {
-            t.name: torch.zeros(num_envs, t.history - 1, t.dim) for t in self.policy_terms if t.history > 1
-        }
         self._setup_randomization()
         self._refresh_state()
 
@@ -195,7 +144,7 @@ class TaskEnv(DomainRandomization):
 
     def _load_model(self, cfg: Any) -> Any:
         """The MjModel the backend will own (a task overrides this to edit the model, e.g. fill terrain)."""
-        return _load_mjcf(cfg.model, motor_lag_s=getattr(cfg, "motor_lag_s", 0.0), lag_actuators=self.joint_names)
+        return load_mjcf(cfg.model, motor_lag_s=getattr(cfg, "motor_lag_s", 0.0), lag_actuators=self.joint_names)
 
     def _action_term_specs(self) -> tuple[ActionTermSpec, ...]:
         """The task's action terms in raw-action column order; called once, after the joints are resolved.
@@ -205,38 +154,16 @@ class TaskEnv(DomainRandomization):
         return (joint_position_offset_spec(self.joint_names, self.cfg.action_scale),)
 
     def _build_action_terms(self) -> None:
-        """Term objects of `_action_term_specs`, their action columns and joint positions; sets action_dim."""
+        """The action manager of `_action_term_specs` (ConfigError for malformed terms); sets action_dim."""
         self.action_specs = self._action_term_specs()
-        try:
-            validate_action(ActionSpec(terms=self.action_specs), tuple(self.joint_names))
-        except ValueError as exc:
-            raise ConfigError(f"config error: {exc}") from None
-        index = {n: i for i, n in enumerate(self.joint_names)}
-        self._action_layout: list[tuple[ActionTerm, slice, slice | Tensor]] = []  # (term, columns, joints)
-        start = 0
-        for spec in self.action_specs:
-            joints = as_slice(torch.tensor([index[j] for j in spec.joints]))  # (J_t,) positions in joint_names
-            self._action_layout.append((make_term(spec, self.default_joint_pos[joints]), slice(start, start + spec.dim),
-                                        joints))
-            start += spec.dim
-        self.action_terms = tuple(term for term, _, _ in self._action_layout)
-        self.action_dim = start
-        first = self._action_layout[0][2]
-        whole = isinstance(first, slice) and first == slice(0, len(self.joint_names))
-        self._single_term = self.action_terms[0] if len(self.action_terms) == 1 and whole else None
+        self.actions = ActionManager(self.action_specs, tuple(self.joint_names), self.default_joint_pos,
+                                     self._act_columns)
+        self.action_terms = self.actions.terms
+        self.action_dim = self.actions.dim
 
     def _action_targets(self, action: Tensor) -> Tensor:
         """Joint position targets (N, J) of clipped raw actions (N, A): each term maps its own columns."""
-        term = self._single_term
-        if term is not None and not term.uses_previous_target:  # one term over every joint: no copies
-            return term.targets(action, self.q, None)
-        out = torch.empty(self.num_envs, len(self.joint_names))  # (N, J)
-        for term, cols, joints in self._action_layout:
-            prev = None
-            if term.uses_previous_target:  # the gripper moves on from the targets it was last given
-                prev = self.backend.ctrl[:, self._act_columns[joints]].to(torch.float32)  # (N, J_t)
-            out[:, joints] = term.targets(action[:, cols], self.q[:, joints], prev)
-        return out
+        return self.actions.targets(action, self.q, self.backend.ctrl)
 
     def joint_targets(self, actions: Tensor) -> Tensor:
         """(N, J) joint position targets that raw actions (N, A) would set now (clipped as `step` clips them,
@@ -302,9 +229,13 @@ class TaskEnv(DomainRandomization):
     def _post_physics(self) -> None:
         """Update derived quantities after physics (optional)."""
 
-    def _obs_terms(self) -> dict[str, Tensor]:
-        """Every observation term by name, each (N, dim), unscaled."""
-        raise NotImplementedError
+    def _obs_sources(self) -> dict[str, Tensor]:
+        """The sources the observation terms read (`robo_rl.terms.SOURCES`), batched (N, ...), float32 views.
+
+        The base class gives the joints and the previous action; tasks add theirs (calling super).
+        """
+        return {"joint_pos": self.q, "joint_vel": self.dq, "default_joint_pos": self.default_joint_pos,
+                "action": self.action}
 
     def _reward_terms(self) -> dict[str, Tensor]:
         """Every reward term by name, each (N,), unscaled."""
@@ -400,7 +331,7 @@ class TaskEnv(DomainRandomization):
             truncated &= ~terminated
             done = terminated | truncated
         obs, current = self._observe()
-        self._push_history(current)
+        self.observations.push_history(current)
         info: dict[str, Any] = {"final_obs": obs, "log": {}, "episode": {}}
         ended = done.nonzero().squeeze(-1)  # (K,)
         if ended.numel() > 0:
@@ -420,7 +351,7 @@ class TaskEnv(DomainRandomization):
         with single_torch_thread(), device_scope(self.device):
             self._reset_ids(ids)
             new, _ = self._observe(fill_ids=ids, previous=obs)
-            if not self._policy_is_view:  # noisy or stacked policy terms: keep the other worlds' draws
+            if not self.observations.policy_is_view:  # noisy or stacked policy terms: keep the other worlds' draws
                 keep = torch.ones(self.num_envs, dtype=torch.bool)
                 keep[ids] = False
                 new["policy"][keep] = obs["policy"][keep]
@@ -446,27 +377,8 @@ class TaskEnv(DomainRandomization):
         previous: the groups computed before those resets; only the reset worlds' camera images are
             rendered again (rendering costs far more than the rest of a step).
         """
-        values = self._obs_terms()
-        parts = [self._apply_term(t, values[t.name]) for t in self.policy_terms + self.critic_extra_terms]
-        critic = torch.cat(parts, dim=-1)  # (N, O_c)
-        groups = {"critic": critic, **self._extra_groups(fill_ids, previous)}
-        if self._policy_is_view:
-            return {"policy": critic[:, : self.obs_dims["policy"]], **groups}, {}
-        current, stacked = {}, []
-        for t, clean in zip(self.policy_terms, parts, strict=False):
-            v = clean
-            if t.name in self._obs_noise:
-                width = self._obs_noise[t.name]
-                noise = torch.rand(v.shape, generator=self.generator).mul_(2 * width).sub_(width)
-                v = self._apply_term(t, values[t.name].to(torch.float32) + noise)
-            current[t.name] = v
-            if t.history > 1:
-                past = self._history[t.name]  # (N, h - 1, dim)
-                if fill_ids is not None:
-                    past[fill_ids] = v[fill_ids, None, :].expand(-1, t.history - 1, -1)
-                v = torch.cat([past.flatten(1), v], dim=-1)  # (N, h * dim) oldest first
-            stacked.append(v)
-        return {"policy": torch.cat(stacked, dim=-1), **groups}, current
+        policy, critic, current = self.observations.observe(self._obs_sources(), fill_ids)
+        return {"policy": policy, "critic": critic, **self._extra_groups(fill_ids, previous)}, current
 
     def _extra_groups(self, fill_ids: Tensor | None, previous: dict[str, Tensor] | None) -> dict[str, Tensor]:
         """The "image" group (N, 3, H, W) uint8 of the task's camera and the "text" group (N,) instruction index."""
@@ -483,23 +395,7 @@ class TaskEnv(DomainRandomization):
             out["text"] = self.instruction.clone()  # (N,) long: index into `instructions`
         return out
 
-    def _push_history(self, current: dict[str, Tensor]) -> None:
-        """Append this step's policy term values to their histories (dropping the oldest)."""
-        for name, past in self._history.items():
-            past[:, :-1] = past[:, 1:].clone()
-            past[:, -1] = current[name]
-
     # ------------------------------------------------------------------ internals
-    @staticmethod
-    def _apply_term(term: ObsTerm, value: Tensor) -> Tensor:
-        if value.dtype != torch.float32:
-            value = value.to(torch.float32)
-        if term.scale != 1.0:
-            value = value * term.scale
-        if term.clip is not None:
-            value = value.clamp(-term.clip, term.clip)
-        return value
-
     def _reset_ids(self, ids: Tensor) -> None:
         self._clocks.index_fill_(1, ids, 0)
         self.episode_sums.index_fill_(1, ids, 0.0)
@@ -543,7 +439,7 @@ class TaskEnv(DomainRandomization):
         }
         if self._action_queue is not None:
             out["action_queue"] = self._action_queue.clone()
-        out.update({f"history/{k}": v.clone() for k, v in self._history.items()})
+        out.update(self.observations.state_dict())
         out.update({f"randomization/{k}": v.clone() for k, v in self.randomization.items()})
         out.update({f"task/{k}": v.clone() for k, v in self._task_buffers().items()})
         return out
@@ -565,8 +461,7 @@ class TaskEnv(DomainRandomization):
         self._push_timer.copy_(state["push_timer"])
         if self._action_queue is not None:
             self._action_queue.copy_(state["action_queue"])
-        for k, v in self._history.items():
-            v.copy_(state[f"history/{k}"])
+        self.observations.load_state_dict(state)
         for k, v in self.randomization.items():
             v.copy_(state[f"randomization/{k}"])
         if self.randomization:
@@ -615,26 +510,6 @@ def single_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(previous)
-
-
-def with_history(terms: tuple[ObsTerm, ...], history: dict[str, int]) -> tuple[ObsTerm, ...]:
-    """`terms` with the stacked-step counts of `history` (term name -> steps); ConfigError for unknown names."""
-    names = [t.name for t in terms]
-    for name, steps in history.items():
-        if name not in names:
-            raise ConfigError(f"config error: env.obs_history.{name}: not a policy observation term; "
-                              f"terms: {', '.join(names)}")
-        if not isinstance(steps, int) or not 1 <= steps <= 100:
-            raise ConfigError(f"config error: env.obs_history.{name} = {steps!r}: must be an integer 1 .. 100")
-    return tuple(dataclasses.replace(t, history=history.get(t.name, t.history)) for t in terms)
-
-
-def as_slice(index: Tensor) -> slice | Tensor:
-    """`index` as a slice when it is a run of consecutive integers, else unchanged."""
-    start = int(index[0])
-    if torch.equal(index, torch.arange(start, start + len(index))):
-        return slice(start, start + len(index))
-    return index
 
 
 def check_reward_names(rewards: dict[str, float], allowed: tuple[str, ...], path: str = "env.rewards") -> None:

@@ -24,12 +24,14 @@ from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ObsTerm
 from robo_rl.sim.mujoco_cpu import mujoco  # the backend picks a headless MUJOCO_GL before importing mujoco
-from robo_rl.tasks.base import add_motor_lag, check_model_file
 from robo_rl.tasks.curriculum import initial_terrain_levels, next_terrain_levels, spawn_origins, terrain_columns
 from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.heightmap import ground_height, height_scan, scan_offsets, scan_size, yaw_from_quat
+from robo_rl.tasks.mjcf import add_motor_lag, check_model_file
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
 from robo_rl.tasks.terrain import Terrain, TerrainConfig, generate_terrain, size_hfield, write_hfield
+from robo_rl.terms import ObservationTermRecord, register_observation
+from robo_rl.terms.base_motion import identity
 
 TERRAIN_NAME = "terrain"
 """Name of the scene's hfield asset and of the geom that shows it."""
@@ -116,6 +118,12 @@ def _critic_terms(scan_points: int) -> tuple[ObsTerm, ...]:
     return ObsTerm(name="base_lin_vel", dim=3), ObsTerm(name="height_scan", dim=scan_points)
 
 
+register_observation(ObservationTermRecord(
+    name="height_scan", inputs=("height_scan",), torch=identity, numpy=None, dim=None,  # sim only: the critic's
+))
+"""Terrain heights below points around the base (P,), relative to the base; privileged, never deployed."""
+
+
 class QuadrupedWalkRoughEnv(QuadrupedWalkEnv):
     description = (
         "Unitree Go2 tracks velocity commands on generated terrain (slopes, stairs, rough, obstacles) with a "
@@ -164,12 +172,10 @@ class QuadrupedWalkRoughEnv(QuadrupedWalkEnv):
         c = self.cfg
         return heading_yaw_rate(heading, yaw, stiffness=c.heading_stiffness, low=c.ang_vel_z[0], high=c.ang_vel_z[1])
 
-    def _obs_terms(self) -> dict[str, Tensor]:
-        terms = super()._obs_terms()
-        terms["height_scan"] = height_scan(
-            self.base_pos, self.base_yaw, self._heights, offsets=self._scan, spacing=self.terrain.spacing
-        )
-        return terms
+    def _obs_sources(self) -> dict[str, Tensor]:
+        scan = height_scan(self.base_pos, self.base_yaw, self._heights, offsets=self._scan,
+                           spacing=self.terrain.spacing)  # (N, P)
+        return {**super()._obs_sources(), "height_scan": scan}
 
     def _terminated(self) -> Tensor:
         fallen = self.base_pos[:, 2] - self.ground_z < self.cfg.min_base_height

@@ -16,11 +16,12 @@ from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import DeployContract, ObsTerm
-from robo_rl.tasks import observations as obs
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.base import TaskEnv, check_reward_names
+from robo_rl.tasks.mjcf import check_model_file
 from robo_rl.tasks.rotations import quat_rotate, yaw_quat
 from robo_rl.tasks.task_config import TaskConfig
+from robo_rl.terms.base_motion import base_lin_vel_b, projected_gravity
 
 GO2_LEGS = ("FL", "FR", "RL", "RR")
 GO2_JOINTS = tuple(f"{leg}_{part}_joint" for leg in GO2_LEGS for part in ("hip", "thigh", "calf"))
@@ -142,8 +143,8 @@ class QuadrupedWalkEnv(TaskEnv):
     # ------------------------------------------------------------------ state, once per step
     def _refresh(self) -> None:
         super()._refresh()
-        self.lin_vel_b = obs.base_lin_vel(self.base_quat, self.qvel32[:, 0:3])  # (N, 3) base frame
-        self.gravity_b = obs.projected_gravity(self.base_quat)  # (N, 3)
+        self.lin_vel_b = base_lin_vel_b(self.base_quat, self.qvel32[:, 0:3])  # (N, 3) base frame
+        self.gravity_b = projected_gravity(self.base_quat)  # (N, 3)
         self.feet_force = self.sensors32[:, self._feet_touch_idx]  # (N, F) normal force on each foot (N)
 
     # ------------------------------------------------------------------ task hooks
@@ -166,16 +167,9 @@ class QuadrupedWalkEnv(TaskEnv):
         if resample.numel() > 0:
             self._resample_commands(resample)
 
-    def _obs_terms(self) -> dict[str, Tensor]:
-        return {
-            "base_ang_vel": obs.base_ang_vel(self.ang_vel_b),
-            "projected_gravity": self.gravity_b,
-            "velocity_command": obs.velocity_command(self.command),
-            "joint_pos_rel": obs.joint_pos_rel(self.q, self.default_joint_pos),
-            "joint_vel": obs.joint_vel(self.dq),
-            "last_action": obs.last_action(self.action),
-            "base_lin_vel": self.lin_vel_b,
-        }
+    def _obs_sources(self) -> dict[str, Tensor]:
+        return {**super()._obs_sources(), "base_quat": self.base_quat, "base_ang_vel_b": self.ang_vel_b,
+                "base_lin_vel_b": self.lin_vel_b, "velocity_command": self.command}
 
     def _reward_terms(self) -> dict[str, Tensor]:
         lin_vel_b, ang_vel_b = self.lin_vel_b, self.ang_vel_b

@@ -6,16 +6,6 @@ import torch
 from torch import Tensor
 
 
-def quat_rotate_inverse(q: Tensor, v: Tensor) -> Tensor:
-    """Rotate world-frame vectors v (N, 3) into the frame of unit quaternions q (N, 4): R(q)^T v.
-
-    v may also be one vector (3,) for all quaternions.
-    """
-    w, xyz = q[:, :1], q[:, 1:]
-    t = torch.linalg.cross(xyz, v.expand_as(xyz), dim=-1).mul_(2.0)
-    return torch.addcmul(v, w, t, value=-1.0).add_(torch.linalg.cross(xyz, t, dim=-1))  # (N, 3)
-
-
 def quat_rotate(q: Tensor, v: Tensor) -> Tensor:
     """Rotate frame vectors v (N, 3) into the world: R(q) v."""
     w, xyz = q[:, :1], q[:, 1:]

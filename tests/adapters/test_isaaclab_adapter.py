@@ -149,10 +149,10 @@ def test_the_contract_equals_mjlabs_own_exporter_metadata(go1_env, framework, ta
 @pytest.mark.parametrize("framework, task_id", [p for p in framework_params(0) if p.values[0] == "mjlab"])
 def test_the_deploy_side_computes_the_frameworks_observation_terms(go1_env, framework, task_id):
     """Our numpy terms on a RobotState read from world 0 equal mjlab's own uncorrupted terms (its critic group)."""
-    from robo_rl.core.contract import TERM_DIMS
     from robo_rl.deploy.hardware import load_hardware
     from robo_rl.deploy.observations import ObservationBuilder
     from robo_rl.deploy.robot import RobotState
+    from robo_rl.terms import OBSERVATION_TERMS
 
     env = go1_env(framework)
     env.reset()
@@ -175,7 +175,7 @@ def test_the_deploy_side_computes_the_frameworks_observation_terms(go1_env, fram
         if term.name not in ("base_lin_vel", "base_ang_vel"):  # IMU sensor values: what the robot reports
             np.testing.assert_allclose(ours[term.name], theirs[start:start + term.dim], atol=1e-5, err_msg=term.name)
         start += term.dim
-    assert start == contract.obs_dim and TERM_DIMS["velocity_command"] == 3
+    assert start == contract.obs_dim and OBSERVATION_TERMS.get("velocity_command").dim == 3
 
 
 @pytest.mark.filterwarnings("ignore:task .* does not return the observation before an auto-reset")

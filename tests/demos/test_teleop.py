@@ -34,8 +34,7 @@ def test_teleoperating_the_twin_moves_the_hand_and_records_it(tmp_path):
     assert reader.num_episodes == 2 and reader.episode(0)["action"].shape[0] == 101
     import mujoco
 
-    from robo_rl.deploy.kinematics import SerialChain
-    from robo_rl.tasks.kinematics import serial_chain
+    from robo_rl.terms.kinematics import SerialChain, serial_chain
 
     model = mujoco.MjModel.from_xml_path(str(REPO / "envs" / "panda_pick.xml"))
     chain = SerialChain(serial_chain(model, "ee"))

@@ -4,9 +4,9 @@ task metric they reached in training (recorded in their contract at export)."""
 
 import numpy as np
 
-from robo_rl.deploy.observations import quat_rotate_inverse
 from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
+from robo_rl.terms.rotations import quat_rotate_inverse_np as quat_rotate_inverse
 from tests.conftest import REPO
 
 POLICIES = REPO / "policies"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from robo_rl.cli.main import main
-from robo_rl.core.contract import DeployContract, command_ranges
+from robo_rl.core.contract import DeployContract
 from robo_rl.deploy import session as session_mod
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.operator_commands import check_command
@@ -23,6 +23,7 @@ from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.safety import upright_problem
 from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
+from robo_rl.terms.command_ranges import command_ranges
 from tests.conftest import REPO
 from tests.deploy.test_deploy_properties import assert_guarantees
 

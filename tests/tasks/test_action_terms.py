@@ -12,8 +12,11 @@ from robo_rl.deploy.actions import ActionMap
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.policy import check_action_terms, validate_contract
 from robo_rl.tasks import make_env
-from robo_rl.tasks.actions import joint_position_spec, make_term, yaw_of
+from robo_rl.tasks.action_manager import make_term
 from robo_rl.tasks.arm_pick_place import ArmPickPlaceConfig
+from robo_rl.terms import validate_contract as validate_terms
+from robo_rl.terms.ee_delta_torch import yaw_of
+from robo_rl.terms.joint_position import joint_position_spec
 from tests.conftest import REPO
 
 
@@ -30,7 +33,7 @@ def test_version_1_contract_reads_as_one_offset_term():
     raw = json.loads((REPO / "policies" / "panda_reach.json").read_text())
     assert raw["version"] == 1 and "terms" not in raw["action"]
     contract = DeployContract.from_json(json.dumps(raw))
-    contract.validate()
+    validate_terms(contract)
     (term,) = contract.action.terms
     assert term.kind == "joint_position_offset" and term.joints == tuple(raw["joint_names"])
     assert list(term.scale) == raw["action"]["scale"] and contract.action.clip == raw["action"]["clip"]
@@ -81,7 +84,7 @@ def with_params(contract, i, **params):
 ])
 def test_malformed_action_terms_are_refused_in_one_line(pick_contract, edit, message):
     with pytest.raises(ValueError, match=message) as err:
-        edit(pick_contract).validate()
+        validate_terms(edit(pick_contract))
     assert "\n" not in str(err.value)
 
 
@@ -89,7 +92,7 @@ def test_chain_must_move_the_terms_joints(pick_contract):
     chain = json.loads(json.dumps(pick_contract.action.terms[0].params["chain"]))
     chain["links"][6]["joint"] = "joint77"
     with pytest.raises(ValueError, match=r"params.chain moves joints .*'joint77'.* but the term drives"):
-        with_params(pick_contract, 0, chain=chain).validate()
+        validate_terms(with_params(pick_contract, 0, chain=chain))
 
 
 def test_robot_refuses_what_it_cannot_do(pick_contract):
@@ -188,14 +191,14 @@ def test_graph_targets_of_mixed_terms_in_contract_joint_order(pick_contract):
     from robo_rl.core.config import PolicyConfig
     from robo_rl.export.onnx_export import ExportedPolicy, onnx_bytes
     from robo_rl.learn.networks.actor_critic import ActorCritic
-    from robo_rl.tasks.actions import joint_position_offset_spec
+    from robo_rl.terms.joint_position_offset import joint_position_offset_spec
 
     arm = joint_position_offset_spec(pick_contract.joint_names[:7], 0.25)
     terms = (pick_contract.action.terms[1], arm)  # columns: gripper (1), then the arm (7)
     contract = dataclasses.replace(pick_contract, action=ActionSpec(terms=terms, clip=2.0))
     contract = dataclasses.replace(contract, observation=tuple(
         dataclasses.replace(t, dim=8) if t.name == "last_action" else t for t in contract.observation))
-    contract.validate()
+    validate_terms(contract)
     torch.manual_seed(0)
     policy = ActorCritic(contract.obs_dim, contract.obs_dim, 8, PolicyConfig(actor_hidden_dims=(16,)))
     module = ExportedPolicy(policy, contract).eval()

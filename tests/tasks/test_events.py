@@ -58,7 +58,7 @@ def test_randomized_parameters_are_reproducible_differ_per_world_and_stay_in_ran
 
 def test_randomization_changes_the_physics_and_is_off_by_default():
     plain = env_with("quadruped-walk-flat", 4)
-    assert plain.randomization == {} and plain._policy_is_view
+    assert plain.randomization == {} and plain.observations.policy_is_view
     randomized = env_with("quadruped-walk-flat", 4, randomization=PHYSICS)
     base, rand = rollout(plain), rollout(randomized)
     assert torch.isfinite(rand).all()

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.deploy.kinematics import SerialChain as NumpyChain
-from robo_rl.tasks.kinematics import SerialChain, serial_chain
+from robo_rl.terms.kinematics import SerialChain as NumpyChain
+from robo_rl.terms.kinematics import serial_chain
+from robo_rl.terms.kinematics_torch import SerialChain
 from tests.conftest import REPO
 
 MODELS = ["panda.xml", "panda_pick.xml"]

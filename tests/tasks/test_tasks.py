@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from robo_rl.tasks import TASKS, make_env, task_config_class
+from robo_rl.terms import validate_contract
 
 
 @pytest.mark.parametrize("name", list(TASKS))
@@ -13,7 +14,7 @@ def test_task_steps_with_finite_obs_of_contract_shapes(name):
     cfg = dataclasses.replace(task_config_class(name)(), episode_length_s=1.0)  # episodes end within the test
     env = make_env(name, 4, cfg=cfg, seed=3)
     contract = env.contract
-    contract.validate()
+    validate_contract(contract)
     obs = env.reset()
     assert obs["policy"].shape == (4, contract.obs_dim)
     assert env.action_dim == contract.action_dim == env.action_dim_of(env.cfg) == sum(t.dim for t in env.action_terms)

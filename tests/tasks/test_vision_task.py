@@ -4,6 +4,7 @@ import torch
 
 from robo_rl.tasks import make_env
 from robo_rl.tasks.arm_pick_place import VISION_CUBES
+from robo_rl.terms import validate_contract
 
 
 def test_image_and_text_groups():
@@ -44,5 +45,5 @@ def test_contract_records_camera_and_instructions():
     extra = env.contract.extra
     assert extra["camera"] == "scene" and extra["image_size"] == 64
     assert extra["instructions"] == list(env.instructions)
-    env.contract.validate()
+    validate_contract(env.contract)
     env.close()

@@ -1,10 +1,11 @@
-"""Batched kinematics of a serial chain of hinge joints in torch: site pose and geometric Jacobian.
+"""Batched kinematics of a serial chain of hinge joints in torch: site pose and geometric Jacobian (simulation).
 
-The chain is read once from the MjModel into a plain JSON description (`serial_chain`, format in
-`robo_rl.core.contract.validate_chain`); `SerialChain` turns it into constant tensors and evaluates all worlds
-at once with a handful of batched ops per link: no per-world Python and no MuJoCo call, so the same code
-runs on a GPU backend. The robot side has a numpy twin fed by the same description
-(`robo_rl.deploy.kinematics`), which the exporter writes into the deploy contract.
+The chain is read once from the MjModel into a plain JSON description (`robo_rl.terms.kinematics.serial_chain`,
+format in `robo_rl.terms.kinematics.validate_chain`); `SerialChain` turns it into constant tensors and evaluates
+all worlds at once with a handful of batched ops per link: no per-world Python and no MuJoCo call, so the same
+code runs on a GPU backend. The robot side has the numpy twin in `robo_rl.terms.kinematics`, fed by the same
+description, which the exporter writes into the deploy contract. Only the sim side of a term imports this module
+(it needs torch, which the robot lacks).
 """
 
 from __future__ import annotations
@@ -14,65 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.core.contract import validate_chain
-
-_HINGE = 3  # mujoco.mjtJoint.mjJNT_HINGE
-
-
-def serial_chain(model: Any, site: str, *, root: str | None = None) -> dict[str, Any]:
-    """Describe the kinematic chain from body `root` down to `site` of an MjModel (JSON values only).
-
-    Args:
-        model: the MjModel.
-        site: the site whose pose the chain ends in (e.g. the end-effector TCP).
-        root: the body whose frame the chain is expressed in (the robot base); default: the site body's
-            ancestor whose parent is the world.
-
-    Raises:
-        ValueError: a name is not in the model, `root` is not an ancestor of the site, or a body on the chain
-            has a joint other than one hinge.
-    """
-    import mujoco
-
-    site_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, site)
-    if site_id < 0:
-        raise ValueError(f"site {site!r} is not in the model")
-    bodies = [int(model.site_bodyid[site_id])]  # site body first, walking up to the world
-    while bodies[-1] != 0:
-        bodies.append(int(model.body_parentid[bodies[-1]]))
-    if root is None:
-        root_id = bodies[-2]  # the ancestor right below the world
-    else:
-        root_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_BODY, root)
-        if root_id not in bodies:
-            raise ValueError(f"body {root!r} is not an ancestor of site {site!r}")
-    path = bodies[: bodies.index(root_id)][::-1]  # root's child ... site body
-    links = []
-    for b in path:
-        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, b)
-        link: dict[str, Any] = {"body": name, "pos": _floats(model.body_pos[b]), "quat": _floats(model.body_quat[b]),
-                                "joint": None, "axis": None, "anchor": None, "qpos0": None, "range": None}
-        n, adr = int(model.body_jntnum[b]), int(model.body_jntadr[b])
-        if n > 1 or (n == 1 and model.jnt_type[adr] != _HINGE):
-            raise ValueError(f"body {name!r} on the chain to site {site!r} must have at most one hinge joint")
-        if n == 1:
-            link.update(
-                joint=mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, adr),
-                axis=_floats(model.jnt_axis[adr]),
-                anchor=_floats(model.jnt_pos[adr]),
-                qpos0=float(model.qpos0[model.jnt_qposadr[adr]]),
-                range=_floats(model.jnt_range[adr]) if model.jnt_limited[adr] else None,
-            )
-        links.append(link)
-    root_name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_BODY, root_id)
-    chain = {"root": root_name, "links": links,
-             "site": {"name": site, "pos": _floats(model.site_pos[site_id]), "quat": _floats(model.site_quat[site_id])}}
-    validate_chain(chain, f"chain to site {site!r}")
-    return chain
-
-
-def _floats(values: Any) -> list[float]:
-    return [float(v) for v in values]
+from robo_rl.terms.kinematics import validate_chain
 
 
 def quat_to_matrix(q: Tensor) -> Tensor:

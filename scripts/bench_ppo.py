@@ -42,9 +42,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from robo_rl.core.config import PolicyConfig, PPOConfig  # noqa: E402
-from robo_rl.learn.algorithms.ppo import PPO  # noqa: E402
-from robo_rl.learn.networks.actor_critic import ActorCritic  # noqa: E402
+from robo_rl.learn.algorithms.ppo import PPO, PPOConfig  # noqa: E402
+from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------
 # Arguments
@@ -266,8 +265,9 @@ EVAL_SEED_OFFSET = 54321  # OnPolicyRunner.evaluate's, so the evaluation equals 
 
 def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, ...] = ()):
     """The resolved TrainConfig both learners train with: preset -> `--set` -> `overrides` -> seed."""
-    from robo_rl.core.config import load_yaml, resolve_train_config
-    from robo_rl.tasks import task_config_class
+    from robo_rl.core.config import load_yaml
+    from robo_rl.learn.train_config import resolve_train_config
+    from robo_rl.tasks.registry import task_config_class
 
     preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
     raw = load_yaml(preset) if args.config or preset.is_file() else {}

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from single_world_envs import make_single, task_spec  # noqa: E402  (scripts/, next to this file)
 
-from robo_rl.tasks import make_env  # noqa: E402
+from robo_rl.tasks.registry import make_env  # noqa: E402
 
 CORES = os.cpu_count() or 1
 

@@ -19,7 +19,7 @@ import mujoco
 import numpy as np
 
 from robo_rl.core.assets import find_asset
-from robo_rl.tasks import make_env
+from robo_rl.tasks.registry import make_env
 
 
 @dataclass(frozen=True)

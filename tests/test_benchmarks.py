@@ -74,7 +74,7 @@ def test_single_world_env_matches_our_env(task):
     when stepped from the same world with the same actions (so the benchmark compares equal work)."""
     import torch
 
-    from robo_rl.tasks import make_env
+    from robo_rl.tasks.registry import make_env
 
     sw = _single_world_envs()
     spec = sw.task_spec(task)
@@ -106,7 +106,7 @@ def test_single_world_env_resets_like_our_env(task):
     mean and spread of the first observation over 256 resets)."""
     import numpy as np
 
-    from robo_rl.tasks import make_env
+    from robo_rl.tasks.registry import make_env
 
     sw = _single_world_envs()
     single = sw.make_single(sw.task_spec(task))

@@ -27,8 +27,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from robo_rl.core.config import ConfigError, build
-from robo_rl.tasks import TASKS, make_env
 from robo_rl.tasks.base import TaskEnv
+from robo_rl.tasks.registry import TASKS, make_env
 
 NAMESPACE = "robo_rl"
 """gymnasium ids are `robo_rl/<task>-v0`."""

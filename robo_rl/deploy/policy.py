@@ -19,7 +19,7 @@ from robo_rl.deploy.operator_commands import OperatorCommands
 from robo_rl.deploy.robot import RobotState
 
 # The file format shared with the exporter (robo_rl.export.onnx_export): metadata key and tensor names.
-CONTRACT_KEY = "robo_rl.core.contract"
+CONTRACT_KEY = "robo_rl.contract"
 INPUT_NAME = "obs"
 NOISE_NAME = "noise"
 """Second input of a flow policy that samples its initial noise x_0 (contract extra.flow.noise_input_dim wide)."""

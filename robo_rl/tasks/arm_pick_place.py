@@ -23,6 +23,7 @@ from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.actions import ee_delta_spec, gripper_spec
 from robo_rl.tasks.arm_reach import PANDA_JOINTS
 from robo_rl.tasks.base import TaskEnv, check_model_file, check_reward_names
+from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.task_config import TaskConfig
 
 GRIPPER_JOINT = "finger_joint1"
@@ -383,3 +384,7 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
         c = super().contract
         return dataclasses.replace(c, extra={**c.extra, "camera": self.camera, "image_size": self.cfg.image_size,
                                              "instructions": list(self.instructions)})
+
+
+TASKS.register("arm-pick-place", TaskEntry(ArmPickPlaceEnv, ArmPickPlaceConfig))
+TASKS.register("arm-pick-place-vision", TaskEntry(ArmPickPlaceVisionEnv, ArmPickPlaceVisionConfig))

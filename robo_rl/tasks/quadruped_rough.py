@@ -29,6 +29,7 @@ from robo_rl.tasks.curriculum import initial_terrain_levels, next_terrain_levels
 from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.heightmap import ground_height, height_scan, scan_offsets, scan_size, yaw_from_quat
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
+from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.terrain import Terrain, TerrainConfig, generate_terrain, size_hfield, write_hfield
 
 TERRAIN_NAME = "terrain"
@@ -232,3 +233,6 @@ class QuadrupedWalkRoughEnv(QuadrupedWalkEnv):
             "ground_gain": self.ground_gain,
             "heading": self.heading,
         }
+
+
+TASKS.register("quadruped-walk-rough", TaskEntry(QuadrupedWalkRoughEnv, QuadrupedWalkRoughConfig))

@@ -9,7 +9,7 @@ import torch
 from robo_rl.demos.dataset import DatasetReader
 from robo_rl.demos.sim_record import record_expert
 from robo_rl.learn.checkpoint import load_checkpoint
-from robo_rl.tasks import make_env
+from robo_rl.tasks.registry import make_env
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,9 @@
 """What an algorithm plug-in provides (DESIGN.md section 5), and the env facts it is built from.
 
-An algorithm is registered as an `AlgorithmEntry` in `robo_rl.learn.algorithms.ALGORITHMS` (or through
-`robo_rl.learn.algorithms.register_algorithm`): its config dataclass, the policy config it needs, whether it
-learns on- or off-policy (which runner loop drives it), and two builders. The runner, the CLI and
-export know algorithms only through that entry and the protocols below.
+An algorithm registers an `AlgorithmEntry` in `robo_rl.learn.algorithms.registry.ALGORITHMS` where it is
+defined: its config dataclass, the policy config it needs, the runner class that drives it (on-policy,
+off-policy or offline loop), two builders, and optionally the trained run its policy starts from (`InitFrom`).
+The runner, the CLI and export know algorithms only through that entry and the protocols below.
 """
 
 from __future__ import annotations
@@ -87,6 +87,26 @@ class OffPolicyAlgorithm(Algorithm, Protocol):
 
 
 @dataclass(frozen=True)
+class InitFrom:
+    """Policy weights copied from a trained run before training starts (the builders load them: `init_from`).
+
+    The algorithm only declares what it accepts; loading the run is the builders' job, so no algorithm
+    imports the builders.
+    """
+
+    field: str
+    """The algorithm config's field naming the run folder, run name or checkpoint (e.g. "pretrained")."""
+    algorithms: tuple[str, ...]
+    """Algorithms whose runs may be used."""
+    keys: tuple[str, ...]
+    """Prefixes of the policy's state-dict keys that are copied (the rest keeps its fresh initialisation)."""
+    same_policy_fields: tuple[str, ...] = ()
+    """Policy config fields that must equal the run's (its network's shape)."""
+    missing: str = ""
+    """What to tell a user who did not set `field` (how to get such a run)."""
+
+
+@dataclass(frozen=True)
 class AlgorithmEntry:
     """One registered algorithm."""
 
@@ -94,11 +114,12 @@ class AlgorithmEntry:
     """Frozen dataclass of the algorithm's hyper-parameters (`TrainConfig.algo`)."""
     policy_config_cls: type
     """Frozen dataclass of the networks it trains (`TrainConfig.policy`)."""
-    off_policy: bool
-    """True: `OffPolicyRunner` drives it (replay buffer); False: `OnPolicyRunner` (rollouts)."""
+    runner_cls: type
+    """The runner class that drives it (`robo_rl.learn.runner`: `OnPolicyRunner` for rollouts, `OffPolicyRunner`
+    for a replay buffer, `OfflineRunner` for a fixed dataset), or a subclass of one."""
     build_policy: Callable[[Any, EnvSpec], nn.Module]
     """(policy config, env spec) -> a freshly initialised policy module (see `Policy`)."""
     build: Callable[[Any, nn.Module, EnvSpec, torch.Generator], Algorithm]
     """(algo config, policy module, env spec, generator) -> the algorithm."""
-    offline: bool = False
-    """True: `OfflineRunner` drives it: `update()` per iteration on a fixed dataset, the env only evaluates (BC)."""
+    init_from: InitFrom | None = None
+    """The trained run whose weights the policy starts from, if the algorithm fine-tunes one."""

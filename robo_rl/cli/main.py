@@ -205,7 +205,7 @@ def _preset_name(task: str, algo: str | None, default_algo: str) -> str:
 
 def _train_config(args: argparse.Namespace) -> _Start:
     """Resolve and validate everything before anything heavy starts or anything is written."""
-    from robo_rl.learn.algorithms.registry import ALGORITHMS
+    from robo_rl.learn.algorithm_registry import ALGORITHMS
     from robo_rl.learn.builders import resolve_config
     from robo_rl.tasks.registry import task_config_class
 

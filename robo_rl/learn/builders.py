@@ -19,8 +19,7 @@ import robo_rl.adapters.from_gymnasium  # noqa: F401  (registers the gym:<id> ta
 import robo_rl.adapters.isaaclab.adapter  # noqa: F401  (registers the isaaclab:<id> and mjlab:<id> tasks)
 from robo_rl.adapters.chunked import chunked
 from robo_rl.core.config import ConfigError
-from robo_rl.learn.algorithms.base import Algorithm, EnvSpec, InitFrom
-from robo_rl.learn.algorithms.registry import ALGORITHMS
+from robo_rl.learn.algorithm_registry import ALGORITHMS, EnvSpec, InitFrom
 from robo_rl.learn.checkpoint import load_run_checkpoint, resolve_checkpoint
 from robo_rl.learn.train_config import TrainConfig, learner_device, resolve_train_config
 from robo_rl.tasks.base import TaskEnv
@@ -61,9 +60,9 @@ def build_policy(cfg: TrainConfig, env: TaskEnv) -> nn.Module:
     return ALGORITHMS.get(cfg.algo_name).build_policy(cfg.policy, env_spec(env, learner_device(cfg)))
 
 
-def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Algorithm:
-    """The registered algorithm `cfg.algo_name`, training `policy` on `env` (first loaded from the run its
-    entry's `init_from` names, if any)."""
+def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Any:
+    """The registered algorithm `cfg.algo_name` (an `Algorithm` of `robo_rl.learn.algorithms.base`), training
+    `policy` on `env` (first loaded from the run its entry's `init_from` names, if any)."""
     entry = ALGORITHMS.get(cfg.algo_name)
     if entry.init_from is not None:
         init_from(entry.init_from, cfg, policy)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import yaml
 
-from robo_rl.learn.algorithms.registry import ALGORITHMS
+from robo_rl.learn.algorithm_registry import ALGORITHMS
 from robo_rl.learn.builders import build_algorithm, build_env, build_policy
 from robo_rl.learn.checkpoint import (
     atomic_write,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from robo_rl.core.config import MAX_SEED, ConfigError, _f, apply_overrides, build, changed_paths, to_plain
-from robo_rl.learn.algorithms.registry import ALGORITHMS, algorithm_configs
+from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
 from robo_rl.sim.backend import BACKENDS
 from robo_rl.sim.config import SimConfig
 
@@ -64,7 +64,7 @@ class TrainConfig:
     task: str
     """Registered task name (`robo-rl tasks` lists them)."""
     algo_name: str = field(default_factory=lambda: ALGORITHMS.default)
-    """Learning algorithm: a name in the algorithm registry (`robo_rl.learn.algorithms.registry.ALGORITHMS`; the
+    """Learning algorithm: a name in the algorithm registry (`robo_rl.learn.algorithm_registry.ALGORITHMS`; the
     default is the entry registered with `default=True`); it decides the types of `algo` and `policy`."""
     seed: int = _f(0, ge=0, le=MAX_SEED)
     """Seed for torch, numpy and the environments."""

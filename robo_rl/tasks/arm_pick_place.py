@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.tasks import observations as obs
@@ -352,8 +353,6 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
         import mujoco
 
         check_model_file(cfg.model)
-        from robo_rl.core.assets import find_asset
-
         spec = mujoco.MjSpec.from_file(str(find_asset(cfg.model)))
         first = spec.body("cube")
         proto = spec.geom("cube")

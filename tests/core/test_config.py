@@ -1,8 +1,8 @@
 import pytest
 
 from robo_rl.core.config import ConfigError, build, load_yaml
+from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
 from robo_rl.learn.algorithms.ppo import PPOConfig
-from robo_rl.learn.algorithms.registry import ALGORITHMS, algorithm_configs
 from robo_rl.learn.train_config import resolve_train_config
 from robo_rl.tasks.registry import task_config_class
 from tests.conftest import REPO

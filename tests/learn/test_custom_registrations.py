@@ -16,9 +16,8 @@ import torch
 from robo_rl.cli.main import main
 from robo_rl.core.config import _f
 from robo_rl.deploy.policy import OnnxPolicy
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.algorithms.ppo import PPO, PPOConfig
-from robo_rl.learn.algorithms.registry import ALGORITHMS
 from robo_rl.learn.checkpoint import latest_checkpoint, load_run_checkpoint
 from robo_rl.learn.networks.actor_critic import ActorCritic
 from robo_rl.learn.runner import OnPolicyRunner

@@ -8,8 +8,8 @@ import torch
 
 from robo_rl.cli import main as cli
 from robo_rl.core.config import ConfigError
+from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
 from robo_rl.learn.algorithms.ppo import PPOConfig
-from robo_rl.learn.algorithms.registry import ALGORITHMS, algorithm_configs
 from robo_rl.learn.builders import resolve_config
 from robo_rl.learn.checkpoint import load_checkpoint, load_run_checkpoint
 from robo_rl.learn.runner import OffPolicyRunner, OnPolicyRunner, make_runner

@@ -1,1 +1,1 @@
-"""Learning algorithms, one per file, each registering itself in `robo_rl.learn.algorithms.registry.ALGORITHMS`."""
+"""Learning algorithms, one per file, each registering itself in `robo_rl.learn.algorithm_registry.ALGORITHMS`."""

@@ -20,8 +20,7 @@ from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.demos.dataset import DatasetError, DatasetReader
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
-from robo_rl.learn.algorithms.registry import ALGORITHMS
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig, gaussian_log_prob
 from robo_rl.learn.networks.flow import FlowPolicy
 from robo_rl.learn.runner import OfflineRunner

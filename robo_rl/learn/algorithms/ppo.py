@@ -24,8 +24,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import _f
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
-from robo_rl.learn.algorithms.registry import ALGORITHMS
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.actor_critic import (
     ActorCritic,
     PolicyConfig,

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec, InitFrom
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec, InitFrom
 from robo_rl.learn.algorithms.bc import FlowPolicyConfig, build_flow_policy
 from robo_rl.learn.algorithms.ppo import (
     approx_kl,
@@ -44,7 +44,6 @@ from robo_rl.learn.algorithms.ppo import (
     explained_variance,
     normalize_advantages,
 )
-from robo_rl.learn.algorithms.registry import ALGORITHMS
 from robo_rl.learn.networks.flow import FlowPolicy, chain_log_prob, euler_sample, noisy_chain
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs

@@ -25,8 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robo_rl.core.config import ConfigError, _f
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
-from robo_rl.learn.algorithms.registry import ALGORITHMS
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.networks.q_ensemble import QEnsemble, categorical_projection, subset_min
 from robo_rl.learn.networks.squashed_gaussian import ScaledTanhMean, SquashedGaussianActor

@@ -42,9 +42,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from robo_rl.core.config import PolicyConfig, PPOConfig  # noqa: E402
-from robo_rl.learn.algorithms.ppo import PPO  # noqa: E402
-from robo_rl.learn.networks.actor_critic import ActorCritic  # noqa: E402
+from robo_rl.learn.algorithms.ppo import PPO, PPOConfig  # noqa: E402
+from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig  # noqa: E402
 
 # ----------------------------------------------------------------------------------------------
 # Arguments
@@ -266,8 +265,9 @@ EVAL_SEED_OFFSET = 54321  # OnPolicyRunner.evaluate's, so the evaluation equals 
 
 def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, ...] = ()):
     """The resolved TrainConfig both learners train with: preset -> `--set` -> `overrides` -> seed."""
-    from robo_rl.core.config import load_yaml, resolve_train_config
-    from robo_rl.tasks import task_config_class
+    from robo_rl.core.config import load_yaml
+    from robo_rl.learn.train_config import resolve_train_config
+    from robo_rl.tasks.registry import task_config_class
 
     preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
     raw = load_yaml(preset) if args.config or preset.is_file() else {}
@@ -332,48 +332,6 @@ def train_ours(cfg, eval_episodes: int) -> dict:
     return {"values": rec.values, "wall": wall, "eval": metrics}
 
 
-class TaskVecEnv:
-    """Our TaskEnv behind rsl-rl-lib 5.5.1's `rsl_rl.env.VecEnv` interface (duck-typed).
-
-    Observations become a TensorDict with our "policy" and "critic" groups; `dones` is
-    terminated | truncated and `extras["time_outs"]` the truncations. Every step's `info["log"]`
-    is kept so the metric is averaged per iteration exactly as our runner does.
-    """
-
-    def __init__(self, env):
-        from tensordict import TensorDict
-
-        self._td = TensorDict
-        self.env = env
-        self.num_envs = env.num_envs
-        self.num_actions = env.action_dim
-        self.max_episode_length = env.max_episode_length
-        self.device = "cpu"
-        self.cfg: dict = {}
-        self.step_logs: list[dict[str, float]] = []
-        self._obs = env.get_observations()
-
-    @property
-    def episode_length_buf(self) -> torch.Tensor:
-        return self.env.episode_length
-
-    @episode_length_buf.setter
-    def episode_length_buf(self, value: torch.Tensor) -> None:
-        self.env.episode_length.copy_(value)
-
-    def _wrap(self, obs: dict[str, torch.Tensor]):
-        return self._td(dict(obs), batch_size=[self.num_envs])
-
-    def get_observations(self):
-        return self._wrap(self._obs)
-
-    def step(self, actions: torch.Tensor):
-        obs, reward, terminated, truncated, info = self.env.step(actions)
-        self._obs = obs
-        self.step_logs.append(info["log"])
-        return self._wrap(obs), reward, terminated | truncated, {"time_outs": truncated, "log": info["log"]}
-
-
 def rsl_train_config(cfg, std_type: str) -> dict:
     """rsl-rl-lib's OnPolicyRunner config with our resolved hyper-parameters and network sizes."""
     a, pc = cfg.algo, cfg.policy
@@ -404,14 +362,16 @@ def train_rsl(cfg, std_type: str, eval_episodes: int) -> dict:
     import io
 
     from rsl_rl.runners import OnPolicyRunner as RslRunner
+    from tensordict import TensorDict
 
+    from robo_rl.adapters.to_rsl_rl import RslRlVecEnv
     from robo_rl.learn.builders import build_env
     from robo_rl.learn.evaluation import run_episodes
 
     torch.manual_seed(cfg.seed)  # network initialisation; rsl-rl also samples from the global RNG
     env = build_env(cfg)
     env.reset()  # random episode clocks, as our runner starts (so init_at_random_ep_len stays off)
-    venv = TaskVecEnv(env)
+    venv = RslRlVecEnv(env)
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # it prints both models
             runner = RslRunner(venv, rsl_train_config(cfg, std_type), log_dir=None, device="cpu")
@@ -429,9 +389,11 @@ def train_rsl(cfg, std_type: str, eval_episodes: int) -> dict:
     if eval_episodes:
         policy = runner.get_inference_policy()
         eval_env = build_env(cfg, num_envs=eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET)
-        td = venv._td
+        def act(obs: torch.Tensor) -> torch.Tensor:
+            return policy(TensorDict({"policy": obs}, batch_size=[obs.shape[0]]))
+
         try:
-            metrics = run_episodes(eval_env, lambda x: policy(td({"policy": x}, batch_size=[x.shape[0]])))["metrics"]
+            metrics = run_episodes(eval_env, act)["metrics"]
         finally:
             eval_env.close()
     return {"values": values, "wall": wall, "eval": metrics}

@@ -40,12 +40,13 @@ set_training_process_defaults()  # before torch is imported, as the CLI does
 
 import torch  # noqa: E402
 
-from robo_rl.core.config import TrainConfig, load_yaml  # noqa: E402
+from robo_rl.core.config import load_yaml  # noqa: E402
 from robo_rl.learn.algorithms.sac import rlpd_variant  # noqa: E402
 from robo_rl.learn.builders import resolve_config  # noqa: E402
 from robo_rl.learn.runner import OffPolicyRunner, Runner  # noqa: E402
-from robo_rl.tasks import make_env  # noqa: E402
+from robo_rl.learn.train_config import TrainConfig  # noqa: E402
 from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert  # noqa: E402
+from robo_rl.tasks.registry import make_env  # noqa: E402
 
 PRESET = REPO / "sim_configs" / "arm-pick-place-sac.yaml"
 DEMO_SEED = 777

@@ -48,10 +48,11 @@ set_training_process_defaults()  # before torch is imported, as the CLI does
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from robo_rl.core.config import TrainConfig, load_yaml  # noqa: E402
+from robo_rl.core.config import load_yaml  # noqa: E402
 from robo_rl.learn.builders import build_env, resolve_config  # noqa: E402
 from robo_rl.learn.evaluation import run_episodes  # noqa: E402
 from robo_rl.learn.runner import OffPolicyRunner, Runner  # noqa: E402
+from robo_rl.learn.train_config import TrainConfig  # noqa: E402
 
 GOAL = 3.0
 """Our time to the threshold must be this many times shorter than SB3's."""

@@ -29,6 +29,7 @@ from torch import Tensor
 
 import robo_rl.sim.mujoco_cpu  # noqa: F401  (chooses a headless MUJOCO_GL before gymnasium's MuJoCo envs import mujoco)
 from robo_rl.core.config import ConfigError, UserError, _f
+from robo_rl.tasks.registry import TASKS, TaskEntry
 
 GYM_PREFIX = "gym:"
 """Task names `gym:<id>` select a gymnasium environment."""
@@ -82,10 +83,10 @@ def gym_task_config_class(env_id: str) -> type[GymTaskConfig]:
     )
 
 
-def gym_task_entry(env_id: str) -> tuple[type, type]:
+def gym_task_entry(env_id: str) -> TaskEntry:
     """(env class, config class) of task `gym:<env_id>`; ConfigError for an unknown id."""
     check_gym_id(env_id)
-    return GymnasiumVecEnv, gym_task_config_class(env_id)
+    return TaskEntry(GymnasiumVecEnv, gym_task_config_class(env_id))
 
 
 def box_scale(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -304,3 +305,6 @@ class GymnasiumVecEnv:
 
     def close(self) -> None:
         self.envs.close()
+
+
+TASKS.register_prefix(GYM_PREFIX, gym_task_entry, describes="gymnasium id")

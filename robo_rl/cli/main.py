@@ -24,15 +24,9 @@ import numpy as np
 
 from robo_rl.cli.demos import cmd_dataset, cmd_record, cmd_replay  # light: numpy; the rest lazily
 from robo_rl.core.assets import find_data_file
-from robo_rl.core.config import (
-    MAX_NUM_ENVS,
-    MAX_SEED,
-    ConfigError,
-    UserError,
-    load_yaml,
-    resume_changes,
-)
+from robo_rl.core.config import MAX_SEED, ConfigError, UserError, load_yaml
 from robo_rl.deploy.controller import REALTIME_PRIORITY  # light: numpy
+from robo_rl.sim.config import MAX_NUM_ENVS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,9 +43,10 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a policy")
     t.add_argument("--task", help="task name (see `robo-rl tasks`)")
-    t.add_argument("--algo", help="learning algorithm: ppo (default), sac, or one added with register_algorithm")
+    t.add_argument("--algo", help="learning algorithm: a name in the algorithm registry (unknown names list them; "
+                                  "default: the registry's default, PPO)")
     t.add_argument("--config", help="YAML preset (default: sim_configs/<task>.yaml, or <task>-<algo>.yaml with "
-                                    "--algo other than ppo, when it exists)")
+                                    "an --algo other than the default, when it exists)")
     t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set algo.learning_rate=3e-4 (repeatable)")
     t.add_argument("--num-envs", type=int, help="parallel worlds (sim.num_envs)")
@@ -203,23 +198,25 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     return overrides
 
 
-def _preset_name(task: str, algo: str | None) -> str:
-    """The default preset of a task: `<task>.yaml` for PPO (the default algorithm), else `<task>-<algo>.yaml`."""
-    return f"{task}.yaml" if algo in (None, "ppo") else f"{task}-{algo}.yaml"
+def _preset_name(task: str, algo: str | None, default_algo: str) -> str:
+    """The default preset of a task: `<task>.yaml` for the default algorithm, else `<task>-<algo>.yaml`."""
+    return f"{task}.yaml" if algo in (None, default_algo) else f"{task}-{algo}.yaml"
 
 
 def _train_config(args: argparse.Namespace) -> _Start:
     """Resolve and validate everything before anything heavy starts or anything is written."""
+    from robo_rl.learn.algorithm_registry import ALGORITHMS
     from robo_rl.learn.builders import resolve_config
     from robo_rl.learn.run_folder import check_new_run_dir
-    from robo_rl.tasks import task_config_class
+    from robo_rl.tasks.registry import task_config_class
 
     overrides = _overrides(args)
     if args.resume:
         return _resume_config(args, overrides)
     if args.config:
         raw = load_yaml(args.config)
-    elif args.task and (preset := find_data_file("sim_configs", _preset_name(args.task, args.algo))) is not None:
+    elif args.task and (preset := find_data_file(
+            "sim_configs", _preset_name(args.task, args.algo, ALGORITHMS.default))) is not None:
         raw = load_yaml(preset)
     else:
         raw = {}
@@ -236,10 +233,10 @@ def _train_config(args: argparse.Namespace) -> _Start:
 
 def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
     """The config of a resumed run: its own config plus overrides of `RESUMABLE_FIELDS` only."""
-    from robo_rl.core.config import RESUMABLE_FIELDS
     from robo_rl.learn.builders import config_from_checkpoint, resolve_config
     from robo_rl.learn.checkpoint import latest_checkpoint, load_run_checkpoint
     from robo_rl.learn.run_folder import find_run_dir
+    from robo_rl.learn.train_config import RESUMABLE_FIELDS, resume_changes
 
     run_dir = find_run_dir(args.resume)
     if args.config:
@@ -541,7 +538,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
-    from robo_rl.tasks import TASKS, make_env
+    from robo_rl.tasks.registry import TASKS, make_env
 
     for name in TASKS:
         env = make_env(name, 1)  # one world: the exact groups and terms of the default config

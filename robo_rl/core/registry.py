@@ -37,9 +37,13 @@ class Registry(Generic[T]):
         self.entry_type = entry_type
         self._entries: dict[str, T] = {}
         self._prefixes: dict[str, tuple[Callable[[str], T], str]] = {}  # prefix -> (resolver, what the rest is)
+        self._default: str | None = None
 
-    def register(self, name: str, entry: T) -> T:
-        """Add `entry` under `name` (lower case, digits, '-', '_'); ValueError if taken or malformed. Returns entry."""
+    def register(self, name: str, entry: T, *, default: bool = False) -> T:
+        """Add `entry` under `name` (lower case, digits, '-', '_'); ValueError if taken or malformed. Returns entry.
+
+        `default=True` makes it what `default` names (a config field's default); only one entry may be it.
+        """
         if not isinstance(name, str) or not _NAME.match(name):
             raise ValueError(f"{self.kind} name {name!r}: use lower-case letters, digits, '-' and '_', "
                              "starting with a letter")
@@ -48,7 +52,11 @@ class Registry(Generic[T]):
         if self.entry_type is not None and not isinstance(entry, self.entry_type):
             raise ValueError(f"{self.kind} {name!r}: expected a {self.entry_type.__name__}, "
                              f"got {type(entry).__name__}")
+        if default and self._default is not None:
+            raise ValueError(f"{self.kind} {name!r}: the default is already {self._default!r}")
         self._entries[name] = entry
+        if default:
+            self._default = name
         return entry
 
     def register_prefix(self, prefix: str, resolver: Callable[[str], T], *, describes: str) -> None:
@@ -62,6 +70,15 @@ class Registry(Generic[T]):
     def unregister(self, name: str) -> None:
         """Remove `name` (a test's or script's own entry); KeyError if absent."""
         del self._entries[name]
+        if self._default == name:
+            self._default = None
+
+    @property
+    def default(self) -> str:
+        """The name registered with `default=True`; LookupError if none is."""
+        if self._default is None:
+            raise LookupError(f"no default {self.kind} is registered")
+        return self._default
 
     @contextmanager
     def registered(self, name: str, entry: T) -> Iterator[T]:

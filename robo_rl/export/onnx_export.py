@@ -37,6 +37,7 @@ from robo_rl.core.files import atomic_write
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import check_output_file
+from robo_rl.learn.evaluation import rollout, run_episodes
 from robo_rl.learn.run_folder import read_provenance
 from robo_rl.terms import ACTION_TERMS, validate_contract
 
@@ -158,8 +159,6 @@ def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
 
 def record_observations(env: Any, policy: nn.Module, steps: int) -> Tensor:
     """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
-    from robo_rl.learn.evaluation import rollout
-
     visited = itertools.islice(rollout(env, policy.act_inference, random_start=True), steps)
     return torch.cat([step.obs["policy"] for step in visited])
 
@@ -181,8 +180,6 @@ def export_policy(
     line) for bad input, a contract the term registry refuses (`robo_rl.terms.validate_contract`) or a failed
     parity check; in each case no file is left at `out` or beside it.
     """
-    from robo_rl.learn.evaluation import run_episodes
-
     out = Path(out)
     if out.suffix != ".onnx":
         raise ValueError(f"output {str(out)!r} must end in .onnx")

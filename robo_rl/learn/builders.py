@@ -1,7 +1,10 @@
-"""One way to build what a config describes: the task env, the policy, and both from a checkpoint.
+"""One way to build what a config describes: the task env, the policy (with the weights it starts from), the
+algorithm, and all of them from a checkpoint.
 
 The runner, evaluation, video and export all build through these functions, so a trained policy is
-always rebuilt exactly as it was trained.
+always rebuilt exactly as it was trained. Algorithms, tasks and physics backends are found only through their
+registries; importing this module registers the task name families of the adapters (`gym:`, `isaaclab:`,
+`mjlab:`), since it is where task names are resolved.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from typing import Any
 import torch
 from torch import nn
 
+import robo_rl.adapters.from_gymnasium  # noqa: F401  (registers the gym:<id> tasks)
+import robo_rl.adapters.isaaclab.adapter  # noqa: F401  (registers the isaaclab:<id> and mjlab:<id> tasks)
 from robo_rl.adapters.chunked import chunked
-from robo_rl.core.config import ConfigError, TrainConfig, learner_device, resolve_train_config
-from robo_rl.learn.algorithms import EnvSpec, algorithm_configs, algorithm_entry
-from robo_rl.learn.algorithms.base import Algorithm
+from robo_rl.core.config import ConfigError
+from robo_rl.learn.algorithm_registry import ALGORITHMS, EnvSpec, InitFrom
 from robo_rl.learn.checkpoint import load_run_checkpoint, resolve_checkpoint
-from robo_rl.tasks import make_env, task_config_class
+from robo_rl.learn.train_config import TrainConfig, learner_device, resolve_train_config
 from robo_rl.tasks.base import TaskEnv
+from robo_rl.tasks.registry import make_env, task_config_class
 
 
 def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = None) -> TaskEnv:
@@ -52,17 +57,48 @@ def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
 
 def build_policy(cfg: TrainConfig, env: TaskEnv) -> nn.Module:
     """The algorithm's freshly initialised policy module, sized for `env` (an ActorCritic for PPO)."""
-    return algorithm_entry(cfg.algo_name).build_policy(cfg.policy, env_spec(env, learner_device(cfg)))
+    return ALGORITHMS.get(cfg.algo_name).build_policy(cfg.policy, env_spec(env, learner_device(cfg)))
 
 
-def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Algorithm:
-    """The registered algorithm `cfg.algo_name`, training `policy` on `env`."""
-    return algorithm_entry(cfg.algo_name).build(cfg.algo, policy, env_spec(env, learner_device(cfg)), generator)
+def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Any:
+    """The registered algorithm `cfg.algo_name` (an `Algorithm` of `robo_rl.learn.algorithms.base`), training
+    `policy` on `env` (first loaded from the run its entry's `init_from` names, if any)."""
+    entry = ALGORITHMS.get(cfg.algo_name)
+    if entry.init_from is not None:
+        init_from(entry.init_from, cfg, policy)
+    return entry.build(cfg.algo, policy, env_spec(env, learner_device(cfg)), generator)
+
+
+def init_from(spec: InitFrom, cfg: TrainConfig, policy: nn.Module) -> None:
+    """Copy the weights `spec` names from the run `cfg.algo.<spec.field>` into `policy`.
+
+    Raises:
+        ConfigError: no run given, a run of another algorithm, other policy settings or other sizes (one line).
+    """
+    source = getattr(cfg.algo, spec.field)
+    if not source:
+        raise ConfigError(f"config error: algo.{spec.field} is not set: {spec.missing}")
+    _, state, source_cfg = load_trained(source)
+    if source_cfg.algo_name not in spec.algorithms:
+        raise ConfigError(f"config error: algo.{spec.field} = {source!r} is a {source_cfg.algo_name} run; "
+                          f"{cfg.algo_name} starts from a {' or '.join(spec.algorithms)} run")
+    for key in spec.same_policy_fields:
+        ours, theirs = getattr(cfg.policy, key), getattr(source_cfg.policy, key)
+        if ours != theirs:
+            raise ConfigError(f"config error: policy.{key} = {ours!r}, but the pretrained run has {theirs!r}; use "
+                              f"the same (--set policy.{key}=...)")
+    own = policy.state_dict()
+    keep = {k: v for k, v in state["algo"]["policy"].items() if k.startswith(spec.keys)}
+    bad = [k for k, v in keep.items() if k not in own or own[k].shape != v.shape]
+    if bad:
+        raise ConfigError(f"config error: algo.{spec.field} = {source!r} was trained on other sizes "
+                          f"({bad[0]}); fine-tune it on its own task")
+    policy.load_state_dict({**own, **keep})
 
 
 def resolve_config(raw: dict[str, Any], overrides: list[str] = ()) -> TrainConfig:
     """`resolve_train_config` with the task and algorithm registries."""
-    return resolve_train_config(raw, overrides, env_config_cls=task_config_class, algo_configs=algorithm_configs)
+    return resolve_train_config(raw, overrides, env_config_cls=task_config_class)
 
 
 def config_from_checkpoint(state: dict[str, Any]) -> TrainConfig:

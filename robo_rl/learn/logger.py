@@ -10,6 +10,8 @@ from typing import TextIO
 
 import numpy as np
 
+from robo_rl.learn.policy_video import encode_gif
+
 PLAIN_INTERVAL_S = 10.0
 """Without a terminal, a progress line is printed at most this often (always for the first and last iteration)."""
 
@@ -92,8 +94,6 @@ class TrainLogger:
     def video(self, iteration: int, path: Path, frames: list[np.ndarray], fps: float) -> None:
         """Report the MP4 written at `path` and show its frames as an animated image in TensorBoard."""
         from tensorboard.compat.proto.summary_pb2 import Summary
-
-        from robo_rl.learn.policy_video import encode_gif
 
         gif = encode_gif(frames, fps)
         h, w = frames[0].shape[:2]

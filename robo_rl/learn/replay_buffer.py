@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from robo_rl.demos.dataset_reader import DatasetReader
+
 BATCH_KEYS = ("obs", "critic_obs", "actions", "returns", "discount", "next_obs", "next_critic_obs", "step_next_obs")
 """Keys of a sampled batch: observations (B, O) / (B, O_c), actions (B, A), n-step returns (B,), the
 bootstrap discount (B,) (gamma^steps, 0 after a termination), the bootstrap observations, and the policy
@@ -302,8 +304,6 @@ def dataset_transitions(path: str, *, critic: bool) -> dict[str, np.ndarray]:
     Raises:
         ValueError: the dataset is unreadable or lacks a feature (one line naming it).
     """
-    from robo_rl.demos.dataset_reader import DatasetReader
-
     reader = DatasetReader(path)
     wanted = {k: v for k, v in DATASET_KEYS.items() if critic or k != "critic_obs"}
     missing = [v for v in wanted.values() if v not in reader.features]

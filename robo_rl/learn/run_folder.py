@@ -36,8 +36,9 @@ from typing import Any
 
 import yaml
 
-from robo_rl.core.config import TrainConfig, UserError
+from robo_rl.core.config import UserError
 from robo_rl.core.files import atomic_write
+from robo_rl.learn.train_config import TrainConfig
 
 CONFIG_FILE = "config.yaml"
 LOCK_FILE = ".lock"

@@ -2,8 +2,8 @@
 
 `Runner` owns what both loops share: building env and algorithm through the registry, the
 iteration loop's logging, checkpoints, evaluation videos and evaluation, resume, and the NaN guard.
-`OnPolicyRunner` (PPO) and `OffPolicyRunner` (SAC) only fill in one iteration; `make_runner` picks
-the one the algorithm's registry entry asks for.
+`OnPolicyRunner` (PPO), `OffPolicyRunner` (SAC) and `OfflineRunner` (BC) only fill in one iteration; each
+algorithm's registry entry names the one that drives it (`runner_cls`), and `make_runner` builds that one.
 
 NaN guard: after every env step the observations and rewards are checked (one `isfinite` reduction
 each), after every iteration's updates the loss statistics and the policy's parameters and
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from robo_rl.core.config import TrainConfig
-from robo_rl.learn.algorithms import algorithm_entry
+from robo_rl.demos.mp4_writer import write_mp4
+from robo_rl.learn.algorithm_registry import ALGORITHMS
 from robo_rl.learn.builders import build_algorithm, build_env, build_policy
 from robo_rl.learn.checkpoint import (
     checkpoint_name,
@@ -32,7 +32,10 @@ from robo_rl.learn.checkpoint import (
     load_run_checkpoint,
     save_checkpoint,
 )
+from robo_rl.learn.evaluation import run_episodes
 from robo_rl.learn.logger import TrainLogger
+from robo_rl.learn.policy_video import record_episodes
+from robo_rl.learn.train_config import TrainConfig
 
 
 class TrainingDiverged(RuntimeError):
@@ -248,9 +251,6 @@ class Runner:
         Returns:
             (path of the MP4 written, its frames (H, W, 3) uint8, frames per second).
         """
-        from robo_rl.demos.mp4_writer import write_mp4
-        from robo_rl.learn.policy_video import record_episodes
-
         env = build_env(self.cfg, num_envs=1, seed=self.cfg.seed + 12345)
         try:
             frames = record_episodes(env, self.policy.act_inference, self.cfg.runner.video_episodes)
@@ -262,8 +262,6 @@ class Runner:
 
     def evaluate(self, episodes: int) -> dict[str, Any]:
         """Mean return and task metrics of the deterministic policy, one episode per world of a fresh env."""
-        from robo_rl.learn.evaluation import run_episodes
-
         env = build_env(self.cfg, num_envs=episodes, seed=self.cfg.seed + 54321)
         try:
             return run_episodes(env, self.policy.act_inference)
@@ -371,8 +369,6 @@ class OfflineRunner(Runner):
 
 
 def make_runner(cfg: TrainConfig, run_dir: str | Path, **kwargs: Any) -> Runner:
-    """The runner the registered algorithm needs: `OfflineRunner`, `OffPolicyRunner` (which takes `demos=`) or
-    `OnPolicyRunner`."""
-    entry = algorithm_entry(cfg.algo_name)
-    cls = OfflineRunner if entry.offline else OffPolicyRunner if entry.off_policy else OnPolicyRunner
-    return cls(cfg, run_dir, **kwargs)
+    """The runner class the registered algorithm's entry names (`runner_cls`): `OnPolicyRunner`, `OffPolicyRunner`
+    (which takes `demos=`), `OfflineRunner` or a subclass of one."""
+    return ALGORITHMS.get(cfg.algo_name).runner_cls(cfg, run_dir, **kwargs)

@@ -1,4 +1,4 @@
-"""The physics backend protocol every task runs on, and the one place a backend is chosen by name.
+"""The physics backend protocol every task runs on, and the registry a backend is chosen from by name.
 
 A backend owns N worlds of one MuJoCo model. Tasks see only what is listed here: batched state as
 torch tensors on `device` (views that change in place), names resolved once to indices, stepping,
@@ -6,21 +6,22 @@ per-world resets, per-world model fields (domain randomisation) and rendering. `
 threads over `mujoco.rollout`) and `mujoco_warp` (float32 Warp arrays on a CPU or CUDA device, shared
 with torch) implement it, so no task changes when the backend does. Both keep a world's state in
 MuJoCo's `mjSTATE_FULLPHYSICS` layout, so checkpoints and initial states carry over between them.
+
+`BACKENDS` maps a name (the config's `sim.backend`) to a factory with the backend constructor's signature:
+a backend class registered by a user's script or test, or a `LazyBackend` for the built-in ones, whose module
+is imported only when chosen (`mujoco_warp` imports Warp, an optional dependency).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-BACKENDS: dict[str, str] = {
-    "mujoco_cpu": "robo_rl.sim.mujoco_cpu:MujocoCpuBackend",
-    "mujoco_warp": "robo_rl.sim.mujoco_warp:MujocoWarpBackend",
-}
-"""Backend name (the config's `sim.backend`) -> "module:class"; imported only when chosen."""
+from robo_rl.core.registry import Registry
 
 
 @runtime_checkable
@@ -61,12 +62,23 @@ class PhysicsBackend(Protocol):
     def close(self) -> None: ...
 
 
-def backend_class(name: str) -> type:
-    """The class of backend `name`; ValueError listing the valid names otherwise."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown physics backend {name!r}; valid backends: {', '.join(BACKENDS)}")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+@dataclass(frozen=True)
+class LazyBackend:
+    """A backend class imported from `module` when a backend is first made (heavy or optional dependencies)."""
+
+    module: str
+    cls: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> PhysicsBackend:
+        # importlib: the module (and its optional dependency, e.g. warp) loads only when this backend is chosen
+        return getattr(importlib.import_module(self.module), self.cls)(*args, **kwargs)
+
+
+BACKENDS: Registry[Callable[..., PhysicsBackend]] = Registry("physics backend", field="sim.backend")
+"""Backend name (the config's `sim.backend`) -> factory `(model, num_envs, *, num_threads, keyframe, device, nconmax,
+njmax) -> PhysicsBackend` (a backend class, or a `LazyBackend`)."""
+BACKENDS.register("mujoco_cpu", LazyBackend("robo_rl.sim.mujoco_cpu", "MujocoCpuBackend"), default=True)
+BACKENDS.register("mujoco_warp", LazyBackend("robo_rl.sim.mujoco_warp", "MujocoWarpBackend"))
 
 
 def make_backend(name: str, model: Any, num_envs: int, *, num_threads: int = 0, keyframe: str | None = None,
@@ -75,6 +87,9 @@ def make_backend(name: str, model: Any, num_envs: int, *, num_threads: int = 0, 
 
     device: where state lives and physics runs (`mujoco_cpu`: only "cpu"). nconmax / njmax: contacts and
     constraint rows allocated per world by backends with fixed buffers (`mujoco_warp`; None: its default).
+
+    Raises:
+        ConfigError: `name` is not a registered backend (one line listing them).
     """
-    return backend_class(name)(model, num_envs, num_threads=num_threads, keyframe=keyframe, device=device,
+    return BACKENDS.get(name)(model, num_envs, num_threads=num_threads, keyframe=keyframe, device=device,
                                nconmax=nconmax, njmax=njmax)

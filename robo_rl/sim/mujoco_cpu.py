@@ -19,7 +19,6 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,8 +30,7 @@ from robo_rl.sim.mjmodel import check_field as _check_field
 
 import mujoco.rollout  # noqa: E402  isort: skip
 
-if TYPE_CHECKING:
-    from robo_rl.sim.render import CameraRenderer
+from robo_rl.sim.render import CameraRenderer  # noqa: E402  isort: skip
 
 __all__ = ["MujocoCpuBackend", "load_model", "mujoco", "state_slices"]
 
@@ -254,8 +252,6 @@ class MujocoCpuBackend(ModelNames):
         """
         key = (camera, width, height)
         if key not in self._cameras:
-            from robo_rl.sim.render import CameraRenderer  # imports this module (MUJOCO_GL) itself
-
             self._cameras[key] = CameraRenderer(self.model, camera, width, height, max_worlds=self.num_envs)
         return self._cameras[key].render(self._models, self._state, self._mocap_pos, ids)
 

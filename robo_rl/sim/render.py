@@ -27,9 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from robo_rl.sim import mujoco_cpu  # noqa: F401  (chooses a headless MUJOCO_GL before mujoco is imported)
-
-import mujoco  # noqa: E402  isort: skip
+from robo_rl.sim.mjmodel import mujoco  # chooses a headless MUJOCO_GL before mujoco is imported
 
 MAX_IMAGE_SIZE = 4096
 """Largest width or height accepted (far above what a policy sees; keeps the off-screen buffer sane)."""

@@ -16,12 +16,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.arm_reach import PANDA_JOINTS
 from robo_rl.tasks.base import TaskEnv, check_reward_names
 from robo_rl.tasks.mjcf import check_model_file
+from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.task_config import TaskConfig
 from robo_rl.terms import ObservationTermRecord, register_observation
 from robo_rl.terms.base_motion import identity
@@ -353,8 +355,6 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
         import mujoco
 
         check_model_file(cfg.model)
-        from robo_rl.core.assets import find_asset
-
         spec = mujoco.MjSpec.from_file(str(find_asset(cfg.model)))
         first = spec.body("cube")
         proto = spec.geom("cube")
@@ -385,3 +385,7 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
         c = super().contract
         return dataclasses.replace(c, extra={**c.extra, "camera": self.camera, "image_size": self.cfg.image_size,
                                              "instructions": list(self.instructions)})
+
+
+TASKS.register("arm-pick-place", TaskEntry(ArmPickPlaceEnv, ArmPickPlaceConfig))
+TASKS.register("arm-pick-place-vision", TaskEntry(ArmPickPlaceVisionEnv, ArmPickPlaceVisionConfig))

@@ -18,6 +18,7 @@ from robo_rl.core.contract import DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_reward_names
 from robo_rl.tasks.mjcf import check_model_file
+from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.task_config import TaskConfig
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
@@ -137,3 +138,6 @@ class ArmReachEnv(TaskEnv):
             "panda",
             {"target_low": list(self.cfg.target_low), "target_high": list(self.cfg.target_high)},
         )
+
+
+TASKS.register("arm-reach", TaskEntry(ArmReachEnv, ArmReachConfig))

@@ -19,6 +19,7 @@ from robo_rl.core.contract import DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.base import TaskEnv, check_reward_names
 from robo_rl.tasks.mjcf import check_model_file
+from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.rotations import quat_rotate, yaw_quat
 from robo_rl.tasks.task_config import TaskConfig
 from robo_rl.terms.base_motion import base_lin_vel_b, projected_gravity
@@ -255,3 +256,6 @@ class QuadrupedWalkEnv(TaskEnv):
             "go2",
             {"lin_vel_x": list(c.lin_vel_x), "lin_vel_y": list(c.lin_vel_y), "ang_vel_z": list(c.ang_vel_z)},
         )
+
+
+TASKS.register("quadruped-walk-flat", TaskEntry(QuadrupedWalkEnv, QuadrupedWalkConfig))

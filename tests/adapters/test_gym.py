@@ -14,12 +14,12 @@ from gymnasium.vector import AutoresetMode
 
 import robo_rl.adapters.to_gymnasium as rgym
 from robo_rl.adapters.from_gymnasium import box_scale, to_box
-from robo_rl.core.config import ConfigError, PolicyConfig, PPOConfig, UserError
-from robo_rl.learn.algorithms.ppo import PPO, REWARD_CLIP, scale_rewards
+from robo_rl.core.config import ConfigError, UserError
+from robo_rl.learn.algorithms.ppo import PPO, REWARD_CLIP, PPOConfig, scale_rewards
 from robo_rl.learn.checkpoint import load_checkpoint, load_run_checkpoint, save_checkpoint
-from robo_rl.learn.networks.actor_critic import ActorCritic
+from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
-from robo_rl.tasks import TASKS, make_env, task_config_class, task_entry
+from robo_rl.tasks.registry import TASKS, make_env, task_config_class, task_entry
 from tests.cli.test_cli_errors import TINY, call, one_line_error
 from tests.conftest import REPO, run_cli
 

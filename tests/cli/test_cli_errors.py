@@ -86,7 +86,8 @@ TRAIN_MISTAKES = [
     (ARM + ["--set", "env.model={tmp}/broken.xml"], "MuJoCo cannot load it"),
     (ARM + ["--set", "algo.gamma=[1"], "override algo.gamma = '[1': not a valid YAML value"),
     (ARM + ["--set", "device=cuda"], "device = 'cuda': the learner must be on sim.device ('cpu')"),
-    (ARM + ["--set", "sim.backend=isaaclab"], "sim.backend = 'isaaclab': allowed values are mujoco_cpu, mujoco_warp"),
+    (ARM + ["--set", "sim.backend=isaaclab"],
+     "sim.backend = 'isaaclab': unknown physics backend; valid: mujoco_cpu, mujoco_warp"),
     (ARM + ["--set", "sim.backend=mujoco_warp", "--set", "sim.device=cuda:0"],  # the pinned torch is a CPU build
      "sim.device = 'cuda:0': this torch has no CUDA device"),
     (ARM + ["--num-envs", "0"], "sim.num_envs = 0: must be >= 1"),

@@ -1,8 +1,10 @@
 import pytest
 
-from robo_rl.core.config import ConfigError, PPOConfig, build, load_yaml, resolve_train_config
-from robo_rl.learn.algorithms import ALGORITHMS, algorithm_configs
-from robo_rl.tasks import task_config_class
+from robo_rl.core.config import ConfigError, build, load_yaml
+from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
+from robo_rl.learn.algorithms.ppo import PPOConfig
+from robo_rl.learn.train_config import resolve_train_config
+from robo_rl.tasks.registry import task_config_class
 from tests.conftest import REPO
 
 
@@ -41,7 +43,7 @@ def test_bad_values_name_the_field(override, fragment):
 
 
 def test_unknown_task_lists_valid_names():
-    with pytest.raises(ConfigError, match="valid tasks: arm-reach, quadruped-walk-flat"):
+    with pytest.raises(ConfigError, match="task = 'arm-reech': unknown task; valid: arm-reach, quadruped-walk-flat"):
         resolve([], raw={"task": "arm-reech"})
 
 
@@ -53,7 +55,7 @@ def test_build_rejects_non_mapping():
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["train", "--task", "arm-reech"], "unknown task 'arm-reech'; valid tasks: arm-reach, quadruped-walk-flat"),
+        (["train", "--task", "arm-reech"], "task = 'arm-reech': unknown task; valid: arm-reach, quadruped-walk-flat"),
         (["train", "--task", "arm-reach", "--set", "algo.lerning_rate=1"], "unknown key 'algo.lerning_rate'"),
         (["train", "--task", "arm-reach", "--set", "sim.num_envs=0"], "sim.num_envs = 0: must be >= 1"),
         (["train", "--task", "arm-reach", "--set", "algo.gamma=abc"], "algo.gamma = 'abc': expected a number"),
@@ -81,8 +83,9 @@ def _float_fields():
     import dataclasses
     import typing
 
-    from robo_rl.core.config import RunnerConfig, SimConfig, TrainConfig
-    from robo_rl.tasks import TASKS
+    from robo_rl.learn.train_config import RunnerConfig, TrainConfig
+    from robo_rl.sim.config import SimConfig
+    from robo_rl.tasks.registry import TASKS
 
     out = []
     for prefix, cls in [("", TrainConfig), ("sim", SimConfig), ("runner", RunnerConfig)]:
@@ -127,7 +130,7 @@ def test_every_float_field_refuses_non_finite_values(task, algo, path, bad):
     [
         ("device=cuda", "device = 'cuda': the learner must be on sim.device ('cpu'), where the env's tensors are"),
         ("sim.device=cuda", "sim.device = 'cuda': the mujoco_cpu backend runs on the cpu only"),
-        ("sim.backend=isaaclab", "sim.backend = 'isaaclab': allowed values are mujoco_cpu, mujoco_warp"),
+        ("sim.backend=isaaclab", "sim.backend = 'isaaclab': unknown physics backend; valid: mujoco_cpu, mujoco_warp"),
         ("algo.num_mini_batches=97", "algo.num_mini_batches = 97: must be <= the batch size"),
         ("policy.actor_hidden_dims=[64, -1]", "policy.actor_hidden_dims[1] = -1: hidden widths must be 1 .. 65536"),
         ("policy.critic_hidden_dims=[100000000]", "policy.critic_hidden_dims[0] = 100000000"),
@@ -147,7 +150,7 @@ def test_num_mini_batches_equal_to_the_batch_is_allowed():
 
 
 def test_resume_changes_lists_only_fields_that_may_not_change():
-    from robo_rl.core.config import RESUMABLE_FIELDS, resume_changes
+    from robo_rl.learn.train_config import RESUMABLE_FIELDS, resume_changes
 
     old = resolve([])
     allowed = resolve(["runner.max_iterations=7", "runner.max_time_s=3", "runner.save_interval=2",
@@ -183,7 +186,7 @@ def test_load_yaml_of_a_directory_or_binary_file(tmp_path):
 
 def test_partial_section_overrides_the_fields_own_default():
     """quadruped-walk-rough's randomization default pushes; setting one other field keeps its pushes."""
-    from robo_rl.tasks import task_config_class
+    from robo_rl.tasks.registry import task_config_class
 
     cfg = resolve_train_config({"task": "quadruped-walk-rough"}, ["env.randomization.friction_scale=[0.5,1.5]"],
                                env_config_cls=task_config_class)

@@ -55,3 +55,18 @@ def test_registered_is_undone_after_the_block_even_on_error():
         assert reg.get("tmp") == 1
         raise RuntimeError
     assert "tmp" not in reg
+
+
+def test_one_default_entry_names_the_default():
+    reg: Registry[int] = Registry("widget")
+    with pytest.raises(LookupError, match="no default widget"):
+        _ = reg.default
+    reg.register("a", 1)
+    reg.register("b", 2, default=True)
+    assert reg.default == "b"
+    with pytest.raises(ValueError, match="the default is already 'b'"):
+        reg.register("c", 3, default=True)
+    assert "c" not in reg
+    reg.unregister("b")
+    with pytest.raises(LookupError):
+        _ = reg.default

@@ -9,7 +9,7 @@ import torch
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.sim_record import record_expert
 from robo_rl.learn.checkpoint import load_checkpoint
-from robo_rl.tasks import make_env
+from robo_rl.tasks.registry import make_env
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_bc_trains_exports_and_its_errors_are_one_line(reach_demos, cli, tmp_pat
 
 
 def test_bc_update_lowers_the_action_error(reach_demos):
-    from robo_rl.learn.algorithms.base import EnvSpec
+    from robo_rl.learn.algorithm_registry import EnvSpec
     from robo_rl.learn.algorithms.bc import BC, BCConfig, BCPolicyConfig, build_policy, load_demonstrations
 
     root, _ = reach_demos

@@ -78,8 +78,7 @@ def shortcut_policy():
 
 @pytest.mark.parametrize("num_steps", [1, 4])
 def test_a_flow_policy_represents_both_modes_where_a_gaussian_cannot(shortcut_policy, num_steps):
-    from robo_rl.core.config import PolicyConfig
-    from robo_rl.learn.networks.actor_critic import ActorCritic
+    from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
 
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():

@@ -3,9 +3,9 @@ import math
 import pytest
 import torch
 
-from robo_rl.core.config import ConfigError, PolicyConfig, PPOConfig, build
-from robo_rl.learn.algorithms.ppo import PPO, approx_kl, clip_fraction, explained_variance
-from robo_rl.learn.networks.actor_critic import STD_MIN, ActorCritic, gaussian_log_prob
+from robo_rl.core.config import ConfigError, build
+from robo_rl.learn.algorithms.ppo import PPO, PPOConfig, approx_kl, clip_fraction, explained_variance
+from robo_rl.learn.networks.actor_critic import STD_MIN, ActorCritic, PolicyConfig, gaussian_log_prob
 
 
 def test_clip_fraction_matches_hand_computed_numbers():

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.core.config import ConfigError, PolicyConfig, PPOConfig, build, resolve_train_config
-from robo_rl.learn.algorithms.ppo import PPO, normalize_advantages
-from robo_rl.learn.networks.actor_critic import ActorCritic
+from robo_rl.core.config import ConfigError, build
+from robo_rl.learn.algorithms.ppo import PPO, PPOConfig, normalize_advantages
+from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.rollout_storage import RolloutStorage
+from robo_rl.learn.train_config import resolve_train_config
 
 # ---------------------------------------------------------------------------------------------- options
 
@@ -110,7 +111,7 @@ def test_exported_policy_bakes_in_the_observation_clip(tmp_path):
     from robo_rl.deploy.policy import OnnxPolicy
     from robo_rl.export import onnx_export as export_mod
     from robo_rl.learn.runner import OnPolicyRunner
-    from robo_rl.tasks import task_config_class
+    from robo_rl.tasks.registry import task_config_class
 
     overrides = ["sim.num_envs=8", "runner.max_iterations=1", "algo.num_steps_per_env=8", "runner.eval_episodes=0",
                  "policy.obs_norm_clip=0.5"]  # fmt: skip

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from robo_rl.core.config import ConfigError
-from robo_rl.learn.algorithms.base import EnvSpec
+from robo_rl.learn.algorithm_registry import EnvSpec
 from robo_rl.learn.algorithms.sac import (
     SAC,
     SACConfig,

@@ -7,13 +7,14 @@ import pytest
 import torch
 
 from robo_rl.cli import main as cli
-from robo_rl.core.config import ConfigError, PPOConfig, resolve_train_config
-from robo_rl.learn import algorithms as algos
-from robo_rl.learn.algorithms import algorithm_configs, register_algorithm
+from robo_rl.core.config import ConfigError
+from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
+from robo_rl.learn.algorithms.ppo import PPOConfig
 from robo_rl.learn.builders import resolve_config
 from robo_rl.learn.checkpoint import load_checkpoint, load_run_checkpoint
 from robo_rl.learn.runner import OffPolicyRunner, OnPolicyRunner, make_runner
-from robo_rl.tasks import TASKS, task_config_class
+from robo_rl.learn.train_config import resolve_train_config
+from robo_rl.tasks.registry import TASKS, task_config_class
 from tests.conftest import sigkill_then_resume
 
 TINY_SAC = ["--num-envs", "4", "--set", "algo.buffer_size=400", "--set", "algo.batch_size=32",
@@ -31,10 +32,12 @@ def call(argv):
 
 # ---------------------------------------------------------------------------------------------- registry
 def test_unknown_algorithm_lists_the_registered_ones():
-    with pytest.raises(ConfigError, match="algo_name = 'sacc': allowed values are ppo, sac"):
+    with pytest.raises(ConfigError, match="algo_name = 'sacc': unknown algorithm; valid: ppo, sac, bc, flow-bc"):
         resolve_config({"task": "arm-reach", "algo_name": "sacc"})
-    with pytest.raises(ConfigError, match="allowed values are ppo"):  # without the registry only ppo is known
-        resolve_train_config({"task": "arm-reach", "algo_name": "sac"}, env_config_cls=task_config_class)
+    # the engine itself reads the registry: no algorithm is special
+    sac = resolve_train_config({"task": "arm-reach", "algo_name": "sac"}, env_config_cls=task_config_class)
+    assert type(sac.algo) is ALGORITHMS.get("sac").config_cls and type(sac.algo).__name__ == "SACConfig"
+    assert resolve_config({"task": "arm-reach"}).algo_name == ALGORITHMS.default == "ppo"
 
 
 def test_sac_config_cross_checks():
@@ -55,16 +58,20 @@ class SlowPPOConfig(PPOConfig):
     learning_rate: float = 1e-4
 
 
-def test_a_registered_plugin_trains_through_the_runner_and_its_config(monkeypatch, tmp_path):
-    monkeypatch.setattr(algos, "ALGORITHMS", dict(algos.ALGORITHMS))  # undone after the test
-    ppo = algos.ALGORITHMS["ppo"]
-    register_algorithm("slow-ppo", dataclasses.replace(ppo, config_cls=SlowPPOConfig))
+def test_a_registered_plugin_trains_through_the_runner_and_its_config(tmp_path):
+    ppo = ALGORITHMS.get("ppo")
+    with ALGORITHMS.registered("slow-ppo", dataclasses.replace(ppo, config_cls=SlowPPOConfig)):  # undone after
+        _train_slow_ppo(ppo, tmp_path)
+    assert "slow-ppo" not in ALGORITHMS
+
+
+def _train_slow_ppo(ppo, tmp_path):
     with pytest.raises(ValueError, match="already registered"):
-        register_algorithm("slow-ppo", ppo)
+        ALGORITHMS.register("slow-ppo", ppo)
     with pytest.raises(ValueError, match="lower-case letters"):
-        register_algorithm("Bad Name", ppo)
-    with pytest.raises(ValueError, match="expected an AlgorithmEntry"):
-        register_algorithm("other", object())
+        ALGORITHMS.register("Bad Name", ppo)
+    with pytest.raises(ValueError, match="expected a AlgorithmEntry"):
+        ALGORITHMS.register("other", object())
     assert algorithm_configs("slow-ppo")[0] is SlowPPOConfig
     cfg = resolve_config({"task": "arm-reach", "algo_name": "slow-ppo"},
                          ["sim.num_envs=4", "runner.max_iterations=1", "algo.num_steps_per_env=4"])
@@ -101,8 +108,8 @@ def test_rlpd_runner_samples_in_memory_demonstrations(tmp_path):
 def test_rlpd_learns_from_expert_demonstrations_with_an_asymmetric_critic(tmp_path):
     """arm-pick-place's critic sees more than its actor: the expert's recorded critic observations feed RLPD."""
     from robo_rl.learn.algorithms.sac import rlpd_variant
-    from robo_rl.tasks import make_env
     from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert
+    from robo_rl.tasks.registry import make_env
 
     env = make_env("arm-pick-place", 2, seed=3)
     demo = rollout_expert(env, PickPlaceExpert(env), 2, seed=3)

@@ -11,9 +11,9 @@ from robo_rl.core.contract import ActionSpec, ActionTermSpec, DeployContract
 from robo_rl.deploy.actions import ActionMap
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.policy import check_action_terms, validate_contract
-from robo_rl.tasks import make_env
 from robo_rl.tasks.action_manager import make_term
 from robo_rl.tasks.arm_pick_place import ArmPickPlaceConfig
+from robo_rl.tasks.registry import make_env
 from robo_rl.terms import validate_contract as validate_terms
 from robo_rl.terms.ee_delta_torch import yaw_of
 from robo_rl.terms.joint_position import joint_position_spec
@@ -188,9 +188,8 @@ def test_graph_targets_of_mixed_terms_in_contract_joint_order(pick_contract):
     joint order, finite for the offsets, NaN for the gripper; onnxruntime agrees with torch."""
     import onnxruntime as ort
 
-    from robo_rl.core.config import PolicyConfig
     from robo_rl.export.onnx_export import ExportedPolicy, onnx_bytes
-    from robo_rl.learn.networks.actor_critic import ActorCritic
+    from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
     from robo_rl.terms.joint_position_offset import joint_position_offset_spec
 
     arm = joint_position_offset_spec(pick_contract.joint_names[:7], 0.25)

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.core.config import PolicyConfig
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.observations import ObservationBuilder
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
@@ -13,9 +12,9 @@ from robo_rl.deploy.robot import RobotState
 from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
 from robo_rl.export.onnx_export import PARITY_TOLERANCE, ExportedPolicy, embed_contract, onnx_bytes, parity_error
-from robo_rl.learn.networks.actor_critic import ActorCritic
-from robo_rl.tasks import make_env
+from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
 from robo_rl.tasks.experts import PickPlaceExpert
+from robo_rl.tasks.registry import make_env
 from tests.conftest import REPO
 
 HW = REPO / "hardware" / "panda_gripper.yaml"
@@ -157,10 +156,10 @@ def test_exported_policy_runs_on_the_twin_with_gripper_and_cube(pick_policy):
 
 def test_trained_policy_exports_with_its_action_terms(tmp_path):
     """The exporter itself (tiny training run -> export_policy): the terms travel, parity holds with NaN targets."""
-    from robo_rl.core.config import resolve_train_config
     from robo_rl.export.onnx_export import export_policy
     from robo_rl.learn.runner import OnPolicyRunner
-    from robo_rl.tasks import task_config_class
+    from robo_rl.learn.train_config import resolve_train_config
+    from robo_rl.tasks.registry import task_config_class
 
     cfg = resolve_train_config(
         {"task": "arm-pick-place"},

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from robo_rl.core.config import ConfigError, resolve_train_config
+from robo_rl.core.config import ConfigError
+from robo_rl.learn.train_config import resolve_train_config
 from robo_rl.sim.mujoco_cpu import mujoco  # sets a headless MUJOCO_GL before mujoco loads
-from robo_rl.tasks import make_env, task_config_class
 from robo_rl.tasks.curriculum import next_terrain_levels, spawn_origins, terrain_columns
 from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.heightmap import ground_height, height_scan, scan_offsets, yaw_from_quat
@@ -18,6 +18,7 @@ from robo_rl.tasks.quadruped_rough import (
     heading_yaw_rate,
     load_terrain_scene,
 )
+from robo_rl.tasks.registry import make_env, task_config_class
 from robo_rl.tasks.terrain import (
     TERRAIN_TYPES,
     TerrainConfig,

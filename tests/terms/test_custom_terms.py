@@ -20,8 +20,8 @@ from robo_rl.deploy.policy import OnnxPolicy
 from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
 from robo_rl.sim import TRAINING_ENV_DEFAULTS
-from robo_rl.tasks import TASKS, make_env
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
+from robo_rl.tasks.registry import TASKS, TaskEntry, make_env
 from robo_rl.terms import (
     ACTION_TERMS,
     OBSERVATION_TERMS,
@@ -93,8 +93,8 @@ TASK = "arm-reach-new-terms"
 
 @pytest.fixture
 def new_terms(monkeypatch):
-    with OBSERVATION_TERMS.registered("ee_height", EE_HEIGHT), ACTION_TERMS.registered("joint_step", JOINT_STEP):
-        monkeypatch.setitem(TASKS, TASK, (ReachWithNewTerms, ArmReachConfig))
+    with (OBSERVATION_TERMS.registered("ee_height", EE_HEIGHT), ACTION_TERMS.registered("joint_step", JOINT_STEP),
+          TASKS.registered(TASK, TaskEntry(ReachWithNewTerms, ArmReachConfig))):
         for key, value in TRAINING_ENV_DEFAULTS.items():  # what `main` sets for training, undone afterwards
             if key not in os.environ:
                 monkeypatch.setenv(key, value)

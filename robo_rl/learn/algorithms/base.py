@@ -1,37 +1,15 @@
-"""What an algorithm plug-in provides (DESIGN.md section 5), and the env facts it is built from.
+"""What an algorithm plug-in provides (DESIGN.md section 5): the methods the runner loops and export call.
 
-An algorithm is registered as an `AlgorithmEntry` in `robo_rl.learn.algorithms.ALGORITHMS` (or through
-`robo_rl.learn.algorithms.register_algorithm`): its config dataclass, the policy config it needs, whether it
-learns on- or off-policy (which runner loop drives it), and two builders. The runner, the CLI and
-export know algorithms only through that entry and the protocols below.
+An algorithm registers an `AlgorithmEntry` in `robo_rl.learn.algorithm_registry.ALGORITHMS` where it is
+defined (its config, policy config, runner class and builders); the objects its builders return offer the
+methods below. The runner, the CLI and export know algorithms only through that entry and these protocols.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-import torch
 from torch import Tensor, nn
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """Sizes and limits of a VecEnv, all an algorithm needs to allocate its networks and buffers."""
-
-    num_envs: int
-    """N."""
-    obs_dim: int
-    """O, the "policy" group (what the deployed policy sees)."""
-    critic_obs_dim: int
-    """O_c, the "critic" group (privileged; equal to O when the env has none)."""
-    action_dim: int
-    """A."""
-    action_clip: float | None
-    """The task clips raw actions to +-action_clip (its deploy contract's action.clip); None: unbounded."""
-    device: torch.device = torch.device("cpu")
-    """Training device (buffers and networks)."""
 
 
 class Policy(Protocol):
@@ -84,21 +62,3 @@ class OffPolicyAlgorithm(Algorithm, Protocol):
     def load_replay_state_dict(self, state: dict[str, Any]) -> None: ...
 
     def replay_nbytes(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class AlgorithmEntry:
-    """One registered algorithm."""
-
-    config_cls: type
-    """Frozen dataclass of the algorithm's hyper-parameters (`TrainConfig.algo`)."""
-    policy_config_cls: type
-    """Frozen dataclass of the networks it trains (`TrainConfig.policy`)."""
-    off_policy: bool
-    """True: `OffPolicyRunner` drives it (replay buffer); False: `OnPolicyRunner` (rollouts)."""
-    build_policy: Callable[[Any, EnvSpec], nn.Module]
-    """(policy config, env spec) -> a freshly initialised policy module (see `Policy`)."""
-    build: Callable[[Any, nn.Module, EnvSpec, torch.Generator], Algorithm]
-    """(algo config, policy module, env spec, generator) -> the algorithm."""
-    offline: bool = False
-    """True: `OfflineRunner` drives it: `update()` per iteration on a fixed dataset, the env only evaluates (BC)."""

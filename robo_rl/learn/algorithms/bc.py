@@ -18,10 +18,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from robo_rl.core.config import ConfigError, PolicyConfig, _f
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
-from robo_rl.learn.networks.actor_critic import ActorCritic, gaussian_log_prob
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.errors import DatasetError
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
+from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig, gaussian_log_prob
 from robo_rl.learn.networks.flow import FlowPolicy
+from robo_rl.learn.runner import OfflineRunner
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +60,6 @@ def load_demonstrations(cfg: BCConfig, spec: EnvSpec, horizon: int = 1) -> tuple
     With `horizon` H > 1 the actions are chunks (M, H * A): frame i's actions i .. i+H-1 of its episode, the
     episode's last action repeated past its end (see `chunk_indices`).
     """
-    from robo_rl.demos.dataset_reader import DatasetReader
-    from robo_rl.demos.errors import DatasetError
-
     if not cfg.dataset:  # checked when training starts: a config without one still resolves (play, export)
         raise ConfigError("config error: algo.dataset is not set; pass --dataset PATH (a LeRobot v3.0 folder)")
     reader = DatasetReader(cfg.dataset)
@@ -159,9 +159,9 @@ def build(cfg: BCConfig, policy: ActorCritic, spec: EnvSpec, generator: torch.Ge
     return BC(cfg, policy, obs, actions, generator)
 
 
-ENTRY = AlgorithmEntry(config_cls=BCConfig, policy_config_cls=BCPolicyConfig, off_policy=False,
-                       build_policy=build_policy, build=build, offline=True)
-"""The registry entry (robo_rl.learn.algorithms.ALGORITHMS["bc"])."""
+ENTRY = ALGORITHMS.register("bc", AlgorithmEntry(config_cls=BCConfig, policy_config_cls=BCPolicyConfig,
+                                                  runner_cls=OfflineRunner, build_policy=build_policy, build=build))
+"""The registry entry."""
 
 
 # ---------------------------------------------------------------------------------------------- flow-bc
@@ -246,6 +246,7 @@ def build_flow_bc(cfg: FlowBCConfig, policy: FlowPolicy, spec: EnvSpec, generato
     return FlowBC(cfg, policy, obs, actions, generator)
 
 
-FLOW_ENTRY = AlgorithmEntry(config_cls=FlowBCConfig, policy_config_cls=FlowPolicyConfig, off_policy=False,
-                            build_policy=build_flow_policy, build=build_flow_bc, offline=True)
-"""The registry entry (robo_rl.learn.algorithms.ALGORITHMS["flow-bc"])."""
+FLOW_ENTRY = ALGORITHMS.register("flow-bc", AlgorithmEntry(
+    config_cls=FlowBCConfig, policy_config_cls=FlowPolicyConfig, runner_cls=OfflineRunner,
+    build_policy=build_flow_policy, build=build_flow_bc))
+"""The registry entry."""

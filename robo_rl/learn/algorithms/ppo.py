@@ -18,20 +18,81 @@ policy's std is state-independent so the old std is one (A,) vector per iteratio
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-from robo_rl.core.config import PolicyConfig, PPOConfig
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
-from robo_rl.learn.networks.actor_critic import ActorCritic, gaussian_entropy, gaussian_kl, gaussian_log_prob
+from robo_rl.core.config import _f
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
+from robo_rl.learn.networks.actor_critic import (
+    ActorCritic,
+    PolicyConfig,
+    gaussian_entropy,
+    gaussian_kl,
+    gaussian_log_prob,
+)
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
+from robo_rl.learn.runner import OnPolicyRunner
 
 LR_MIN, LR_MAX = 1e-5, 1e-2
 REWARD_CLIP = 10.0
 """Scaled rewards are clipped to +-this (`PPOConfig.normalize_reward`; SB3 VecNormalize's clip_reward)."""
 RETURN_STD_EPS = 1e-8
 """Added to the running return std before dividing by it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """PPO hyper-parameters (defaults as in RSL-RL, see shared/REFERENCES.md)."""
+
+    num_steps_per_env: int = _f(24, ge=1)
+    """Rollout length T per iteration; the batch is T * num_envs samples."""
+    num_learning_epochs: int = _f(5, ge=1)
+    """Passes over the batch per iteration."""
+    num_mini_batches: int = _f(4, ge=1)
+    """Minibatches per epoch."""
+    learning_rate: float = _f(1e-3, gt=0.0, le=1.0)
+    """Adam learning rate (initial value when the schedule is adaptive)."""
+    schedule: str = _f("adaptive", choices=("adaptive", "fixed"))
+    """`adaptive`: scale the learning rate by 1.5 to keep the KL near `desired_kl`."""
+    desired_kl: float = _f(0.01, gt=0.0)
+    """Target KL divergence per minibatch for the adaptive schedule."""
+    clip_param: float = _f(0.2, gt=0.0, le=1.0)
+    """Surrogate and value clip range."""
+    gamma: float = _f(0.99, gt=0.0, le=1.0)
+    """Discount factor."""
+    lam: float = _f(0.95, ge=0.0, le=1.0)
+    """GAE lambda."""
+    value_loss_coef: float = _f(1.0, ge=0.0)
+    """Weight of the value loss."""
+    entropy_coef: float = _f(0.01, ge=0.0)
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = _f(1.0, gt=0.0)
+    """Gradient-norm clip (see `grad_clip`)."""
+    grad_clip: str = _f("separate", choices=("separate", "joint"))
+    """`separate`: clip the actor's gradients (with its std) and the critic's each to `max_grad_norm`, as
+    RSL-RL does; `joint`: clip the norm of all parameters' gradients together, as SB3 and cleanrl do (a
+    large value gradient then also shrinks the policy step)."""
+    adam_eps: float = _f(1e-8, gt=0.0, le=1.0)
+    """Adam's epsilon (PyTorch default 1e-8, as RSL-RL; SB3's PPO uses 1e-5, which damps the steps of
+    parameters whose gradients are below ~1e-5)."""
+    reshuffle_minibatches: bool = False
+    """Draw a new minibatch partition of the batch in every epoch, as SB3 and cleanrl do; off: one
+    partition for all epochs, as RSL-RL does."""
+    use_clipped_value_loss: bool = True
+    """Clip the value update like the policy update."""
+    normalize_advantage: bool = True
+    """Normalise advantages to zero mean and unit std (where: `advantage_norm_per_minibatch`)."""
+    advantage_norm_per_minibatch: bool = False
+    """Normalise advantages within each minibatch, as SB3 and cleanrl do; off: once over the whole
+    batch per iteration, as RSL-RL does by default."""
+    normalize_reward: bool = False
+    """Divide the rewards PPO learns from by a running std of each world's discounted return (reset at
+    episode ends) and clip them to +-10, as SB3's VecNormalize(norm_reward=True) does; it keeps value
+    targets O(1) for tasks whose returns reach hundreds (gymnasium's MuJoCo envs). Env rewards, logged
+    returns and evaluations stay unscaled."""
 
 
 def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
@@ -284,7 +345,7 @@ def build(cfg: PPOConfig, policy: ActorCritic, spec: EnvSpec, generator: torch.G
     return PPO(cfg, policy, spec.num_envs, generator)
 
 
-ENTRY = AlgorithmEntry(
-    config_cls=PPOConfig, policy_config_cls=PolicyConfig, off_policy=False, build_policy=build_policy, build=build
-)
-"""The registry entry (robo_rl.learn.algorithms.ALGORITHMS["ppo"])."""
+ENTRY = ALGORITHMS.register("ppo", AlgorithmEntry(
+    config_cls=PPOConfig, policy_config_cls=PolicyConfig, runner_cls=OnPolicyRunner, build_policy=build_policy,
+    build=build), default=True)
+"""The registry entry: the default algorithm (a config without `algo_name` trains PPO)."""

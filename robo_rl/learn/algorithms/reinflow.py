@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec, InitFrom
 from robo_rl.learn.algorithms.bc import FlowPolicyConfig, build_flow_policy
 from robo_rl.learn.algorithms.ppo import (
     approx_kl,
@@ -47,6 +47,7 @@ from robo_rl.learn.algorithms.ppo import (
 from robo_rl.learn.networks.flow import FlowPolicy, chain_log_prob, euler_sample, noisy_chain
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
+from robo_rl.learn.runner import OnPolicyRunner
 
 _POLICY_SHAPE_FIELDS = ("horizon", "variant", "hidden_dims", "activation", "time_dim", "obs_normalization")
 """Policy settings the pretrained checkpoint must share (they shape or feed the velocity network)."""
@@ -263,45 +264,19 @@ class ReinFlow:
         self.updates = int(state["updates"])
 
 
-def load_pretrained(cfg: ReinFlowConfig, policy: FlowPolicy) -> None:
-    """Copy the pretrained flow-bc policy's velocity net and observation normaliser into `policy`.
-
-    Raises:
-        ConfigError: no checkpoint given, not a flow policy, or one with other network settings or sizes.
-    """
-    from robo_rl.learn.builders import load_trained
-
-    if not cfg.pretrained:
-        raise ConfigError("config error: algo.pretrained is not set: reinflow fine-tunes a flow-bc run; pass "
-                          "--set algo.pretrained=<run or checkpoint> (train one with --algo flow-bc)")
-    _, state, pre_cfg = load_trained(cfg.pretrained)
-    if pre_cfg.algo_name not in ("flow-bc", "reinflow"):
-        raise ConfigError(f"config error: algo.pretrained = {cfg.pretrained!r} is a {pre_cfg.algo_name} run; "
-                          "reinflow starts from a flow-bc (or reinflow) run")
-    for key in _POLICY_SHAPE_FIELDS:
-        ours, theirs = getattr(policy.config, key), getattr(pre_cfg.policy, key)
-        if ours != theirs:
-            raise ConfigError(f"config error: policy.{key} = {ours!r}, but the pretrained run has {theirs!r}; use "
-                              f"the same (--set policy.{key}=...)")
-    weights = state["algo"]["policy"]
-    own = policy.state_dict()
-    keep = {k: v for k, v in weights.items() if k.startswith(("velocity.", "obs_normalizer."))}
-    bad = [k for k, v in keep.items() if k not in own or own[k].shape != v.shape]
-    if bad:
-        raise ConfigError(f"config error: algo.pretrained = {cfg.pretrained!r} was trained on other sizes "
-                          f"({bad[0]}); fine-tune it on its own task")
-    policy.load_state_dict({**own, **keep})
-
-
 def build(cfg: ReinFlowConfig, policy: FlowPolicy, spec: EnvSpec, generator: torch.Generator) -> ReinFlow:
     if cfg.num_mini_batches > cfg.num_steps_per_env * spec.num_envs:
         raise ConfigError(f"config error: algo.num_mini_batches = {cfg.num_mini_batches}: more than the "
                           f"{cfg.num_steps_per_env * spec.num_envs} samples of an iteration")
-    load_pretrained(cfg, policy)
     base = copy.deepcopy(policy).requires_grad_(False).eval() if cfg.bc_coef > 0 else None
     return ReinFlow(cfg, policy, base, spec.num_envs, generator)
 
 
-ENTRY = AlgorithmEntry(config_cls=ReinFlowConfig, policy_config_cls=FlowPolicyConfig, off_policy=False,
-                       build_policy=build_flow_policy, build=build)
-"""The registry entry (robo_rl.learn.algorithms.ALGORITHMS["reinflow"])."""
+ENTRY = ALGORITHMS.register("reinflow", AlgorithmEntry(
+    config_cls=ReinFlowConfig, policy_config_cls=FlowPolicyConfig, runner_cls=OnPolicyRunner,
+    build_policy=build_flow_policy, build=build,
+    init_from=InitFrom(field="pretrained", algorithms=("flow-bc", "reinflow"), keys=("velocity.", "obs_normalizer."),
+                       same_policy_fields=_POLICY_SHAPE_FIELDS,
+                       missing="reinflow fine-tunes a flow-bc run; pass --set algo.pretrained=<run or checkpoint> "
+                               "(train one with --algo flow-bc)")))
+"""The registry entry: the policy starts from `algo.pretrained`'s velocity net and observation normaliser."""

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robo_rl.core.config import ConfigError, _f
-from robo_rl.learn.algorithms.base import AlgorithmEntry, EnvSpec
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.networks.q_ensemble import QEnsemble, categorical_projection, subset_min
 from robo_rl.learn.networks.squashed_gaussian import ScaledTanhMean, SquashedGaussianActor
@@ -37,6 +37,7 @@ from robo_rl.learn.replay_buffer import (
     load_demo_arrays,
     mixed_batch,
 )
+from robo_rl.learn.runner import OffPolicyRunner
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -488,7 +489,7 @@ def build(cfg: SACConfig, policy: SACPolicy, spec: EnvSpec, generator: torch.Gen
     return SAC(cfg, policy, spec, generator)
 
 
-ENTRY = AlgorithmEntry(
-    config_cls=SACConfig, policy_config_cls=SACPolicyConfig, off_policy=True, build_policy=build_policy, build=build
-)
-"""The registry entry (robo_rl.learn.algorithms.ALGORITHMS["sac"])."""
+ENTRY = ALGORITHMS.register("sac", AlgorithmEntry(
+    config_cls=SACConfig, policy_config_cls=SACPolicyConfig, runner_cls=OffPolicyRunner, build_policy=build_policy,
+    build=build))
+"""The registry entry."""

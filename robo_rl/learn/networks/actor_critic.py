@@ -3,17 +3,47 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from robo_rl.core.config import PolicyConfig
+from robo_rl.core.config import _f
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 
 _ACTIVATIONS = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh, "silu": nn.SiLU}
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 STD_MIN = 1e-6
 """Floor of a learned scalar std (RSL-RL's default lower bound): keeps σ > 0 and log σ finite."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyConfig:
+    """Gaussian actor-critic MLP."""
+
+    actor_hidden_dims: tuple[int, ...] = _f((256, 128, 64))
+    """Hidden layer widths of the actor."""
+    critic_hidden_dims: tuple[int, ...] = _f((256, 128, 64))
+    """Hidden layer widths of the critic."""
+    activation: str = _f("elu", choices=("elu", "relu", "tanh", "silu"))
+    """Hidden activation."""
+    init_noise_std: float = _f(1.0, gt=0.0)
+    """Initial standard deviation of the Gaussian policy."""
+    noise_std_type: str = _f("scalar", choices=("scalar", "log"))
+    """How the state-independent action std is learned: `scalar` learns σ itself (RSL-RL's default; kept
+    >= 1e-6 by a clamp), `log` learns log σ. Under Adam σ falls by a roughly fixed amount per step in the
+    first and by a fixed fraction in the second, so `scalar` narrows exploration faster late in training;
+    on arm-reach it reached 1 cm in 139 and 157 iterations, `log` not within 200 (2 seeds, before the
+    other parity changes; docs/benchmarks.md)."""
+    obs_normalization: bool = True
+    """Empirical running mean/std normalisation of actor and critic inputs."""
+    obs_norm_eps: float = _f(1e-2, gt=0.0, le=1.0)
+    """Added to the running std before dividing by it (RSL-RL: 1e-2). SB3's VecNormalize divides by
+    sqrt(var + 1e-8), which 1e-4 matches to within 1e-4 of σ: a smaller value lets nearly constant inputs
+    be amplified more."""
+    obs_norm_clip: float = _f(0.0, ge=0.0)
+    """Clip normalised inputs to +-this (0: no clipping; SB3's VecNormalize clip_obs: 10). Part of the
+    normaliser, so it is baked into exported policies too."""
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str) -> nn.Sequential:

@@ -67,7 +67,7 @@ def main() -> None:
     import torch
     from mjlab.rl import RslRlVecEnvWrapper
 
-    from robo_rl.tasks.registry import make_env
+    from robo_rl.tasks.task_registry import make_env
 
     warnings.filterwarnings("ignore", message=".*does not return the observation before an auto-reset")
     ours = make_env(f"mjlab:{args.task}", args.num_envs, seed=0, device=args.device)

@@ -39,7 +39,7 @@ from robo_rl.core.config import load_yaml  # noqa: E402
 from robo_rl.learn.logger import TrainLogger  # noqa: E402
 from robo_rl.learn.runner import OnPolicyRunner  # noqa: E402
 from robo_rl.learn.train_config import TrainConfig, resolve_train_config  # noqa: E402
-from robo_rl.tasks.registry import task_config_class  # noqa: E402
+from robo_rl.tasks.task_registry import task_config_class  # noqa: E402
 
 RL_ZOO_PPO_HOPPER_1M = 2410.0
 """SB3 RL Zoo's PPO on Hopper at 1 M steps (shared/REFERENCES.md)."""

@@ -267,7 +267,7 @@ def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, .
     """The resolved TrainConfig both learners train with: preset -> `--set` -> `overrides` -> seed."""
     from robo_rl.core.config import load_yaml
     from robo_rl.learn.train_config import resolve_train_config
-    from robo_rl.tasks.registry import task_config_class
+    from robo_rl.tasks.task_registry import task_config_class
 
     preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
     raw = load_yaml(preset) if args.config or preset.is_file() else {}

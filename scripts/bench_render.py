@@ -46,7 +46,7 @@ def mid_episode_backend(num_envs: int, seed: int = 0) -> MujocoCpuBackend:
     The env is left open (its backend is returned); the process ends soon after in the benchmark.
     """
     from robo_rl.tasks.experts import PickPlaceExpert
-    from robo_rl.tasks.registry import make_env
+    from robo_rl.tasks.task_registry import make_env
 
     env = make_env("arm-pick-place-vision", num_envs, seed=seed)
     env.reset(random_start=False)

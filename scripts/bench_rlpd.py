@@ -46,7 +46,7 @@ from robo_rl.learn.builders import resolve_config  # noqa: E402
 from robo_rl.learn.runner import OffPolicyRunner, Runner  # noqa: E402
 from robo_rl.learn.train_config import TrainConfig  # noqa: E402
 from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert  # noqa: E402
-from robo_rl.tasks.registry import make_env  # noqa: E402
+from robo_rl.tasks.task_registry import make_env  # noqa: E402
 
 PRESET = REPO / "sim_configs" / "arm-pick-place-sac.yaml"
 DEMO_SEED = 777

@@ -39,7 +39,7 @@ import mujoco.rollout  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from robo_rl.tasks.registry import make_env  # noqa: E402
+from robo_rl.tasks.task_registry import make_env  # noqa: E402
 
 CORES = os.cpu_count() or 1
 

@@ -29,7 +29,7 @@ from torch import Tensor
 
 import robo_rl.sim.mujoco_cpu  # noqa: F401  (chooses a headless MUJOCO_GL before gymnasium's MuJoCo envs import mujoco)
 from robo_rl.core.config import ConfigError, UserError, _f
-from robo_rl.tasks.registry import TASKS, TaskEntry
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 
 GYM_PREFIX = "gym:"
 """Task names `gym:<id>` select a gymnasium environment."""

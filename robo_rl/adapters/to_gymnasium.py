@@ -4,7 +4,7 @@
     env = gymnasium.make("robo_rl.adapters.to_gymnasium:robo_rl/arm-reach-v0")  # one world, a gymnasium.Env
     envs = gymnasium.make_vec("robo_rl.adapters.to_gymnasium:robo_rl/arm-reach-v0", num_envs=64)  # N worlds
 
-Importing this module registers every task of `robo_rl.tasks.registry.TASKS` as `robo_rl/<task>-v0` (again
+Importing this module registers every task of `robo_rl.tasks.task_registry.TASKS` as `robo_rl/<task>-v0` (again
 on a second import: registration skips ids already there). `TaskVectorEnv` is the batched task
 itself behind gymnasium's vector API; `TaskGymEnv` is one world behind the `gymnasium.Env` API.
 
@@ -27,8 +27,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from robo_rl.core.config import ConfigError, build
-from robo_rl.tasks.base import TaskEnv
-from robo_rl.tasks.registry import TASKS, make_env
+from robo_rl.tasks.task_env import TaskEnv
+from robo_rl.tasks.task_registry import TASKS, make_env
 
 NAMESPACE = "robo_rl"
 """gymnasium ids are `robo_rl/<task>-v0`."""

@@ -63,7 +63,7 @@ def _record_teacher(args: argparse.Namespace, progress: Callable[[int], None]) -
 
     from robo_rl.demos.sim_record import PolicyActor, record_demos
     from robo_rl.learn.builders import load_policy, load_trained
-    from robo_rl.tasks.registry import make_env
+    from robo_rl.tasks.task_registry import make_env
 
     _, state, cfg = load_trained(args.teacher)
     if cfg.task != args.task:

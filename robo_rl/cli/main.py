@@ -26,7 +26,7 @@ from robo_rl.cli.demos import cmd_dataset, cmd_record, cmd_replay  # light: nump
 from robo_rl.core.assets import find_data_file
 from robo_rl.core.config import MAX_SEED, ConfigError, UserError, load_yaml
 from robo_rl.deploy.controller import REALTIME_PRIORITY  # light: numpy
-from robo_rl.sim.config import MAX_NUM_ENVS
+from robo_rl.sim.sim_config import MAX_NUM_ENVS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,7 +208,7 @@ def _train_config(args: argparse.Namespace) -> _Start:
     from robo_rl.learn.algorithm_registry import ALGORITHMS
     from robo_rl.learn.builders import resolve_config
     from robo_rl.learn.run_folder import check_new_run_dir
-    from robo_rl.tasks.registry import task_config_class
+    from robo_rl.tasks.task_registry import task_config_class
 
     overrides = _overrides(args)
     if args.resume:
@@ -538,7 +538,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
-    from robo_rl.tasks.registry import TASKS, make_env
+    from robo_rl.tasks.task_registry import TASKS, make_env
 
     for name in TASKS:
         env = make_env(name, 1)  # one world: the exact groups and terms of the default config

@@ -25,9 +25,9 @@ import torch
 
 from robo_rl.demos.dataset_metadata import camera, scalar, vector
 from robo_rl.demos.dataset_writer import DatasetWriter
-from robo_rl.tasks.base import single_torch_thread
 from robo_rl.tasks.experts import EXPERTS
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_env import single_torch_thread
+from robo_rl.tasks.task_registry import make_env
 
 
 def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from robo_rl.core.config import ConfigError
 from robo_rl.learn.algorithm_registry import ALGORITHMS, EnvSpec, InitFrom
 from robo_rl.learn.checkpoint import load_run_checkpoint, resolve_checkpoint
 from robo_rl.learn.train_config import TrainConfig, learner_device, resolve_train_config
-from robo_rl.tasks.base import TaskEnv
-from robo_rl.tasks.registry import make_env, task_config_class
+from robo_rl.tasks.task_env import TaskEnv
+from robo_rl.tasks.task_registry import make_env, task_config_class
 
 
 def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = None) -> TaskEnv:
@@ -61,7 +61,7 @@ def build_policy(cfg: TrainConfig, env: TaskEnv) -> nn.Module:
 
 
 def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Any:
-    """The registered algorithm `cfg.algo_name` (an `Algorithm` of `robo_rl.learn.algorithms.base`), training
+    """The registered algorithm `cfg.algo_name` (an `Algorithm` of `robo_rl.learn.algorithms.algorithm`), training
     `policy` on `env` (first loaded from the run its entry's `init_from` names, if any)."""
     entry = ALGORITHMS.get(cfg.algo_name)
     if entry.init_from is not None:

@@ -1,7 +1,7 @@
 """The config of a training run (`TrainConfig`: task, algorithm, sim, networks, loop), how it is resolved from
 YAML and overrides, the checks across its sections, and what a resume may change.
 
-Each section's dataclass lives with its component (`SimConfig` in `robo_rl.sim.config`, an algorithm's config
+Each section's dataclass lives with its component (`SimConfig` in `robo_rl.sim.sim_config`, an algorithm's config
 and its policy config in the algorithm's module, the task's config in the task's module); the algorithm and
 task registries say which classes `algo`, `policy` and `env` have. `RunnerConfig` (the training loop's own
 section) is here because every runner reads it.
@@ -20,7 +20,7 @@ from typing import Any
 from robo_rl.core.config import MAX_SEED, ConfigError, _f, apply_overrides, build, changed_paths, to_plain
 from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
 from robo_rl.sim.backend import BACKENDS
-from robo_rl.sim.config import SimConfig
+from robo_rl.sim.sim_config import SimConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,6 +1,6 @@
 """Tasks: small pure tensor functions over batched physics state, and the task envs built from them.
 
-Each task module registers its tasks in `robo_rl.tasks.registry.TASKS` where they are defined; importing them
+Each task module registers its tasks in `robo_rl.tasks.task_registry.TASKS` where they are defined; importing them
 here makes the built-in tasks known whenever anything of `robo_rl.tasks` is imported, in the order
 `robo-rl tasks` lists them.
 """

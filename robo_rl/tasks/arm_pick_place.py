@@ -21,10 +21,10 @@ from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.arm_reach import PANDA_JOINTS
-from robo_rl.tasks.base import TaskEnv, check_reward_names
 from robo_rl.tasks.mjcf import check_model_file
-from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.task_config import TaskConfig
+from robo_rl.tasks.task_env import TaskEnv, check_reward_names
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 from robo_rl.terms import ObservationTermRecord, register_observation
 from robo_rl.terms.base_motion import identity
 from robo_rl.terms.ee_delta import ee_delta_spec

@@ -16,10 +16,10 @@ from torch import Tensor
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.base import TaskEnv, check_reward_names
 from robo_rl.tasks.mjcf import check_model_file
-from robo_rl.tasks.registry import TASKS, TaskEntry
 from robo_rl.tasks.task_config import TaskConfig
+from robo_rl.tasks.task_env import TaskEnv, check_reward_names
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 
 PANDA_JOINTS = tuple(f"joint{i}" for i in range(1, 8))
 

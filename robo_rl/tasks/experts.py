@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.tasks.base import single_torch_thread
+from robo_rl.tasks.task_env import single_torch_thread
 from robo_rl.terms.ee_delta_torch import dls_step, limit_step
 from robo_rl.terms.kinematics import serial_chain
 from robo_rl.terms.kinematics_torch import SerialChain

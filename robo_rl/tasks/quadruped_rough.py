@@ -29,7 +29,7 @@ from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.heightmap import ground_height, height_scan, scan_offsets, scan_size, yaw_from_quat
 from robo_rl.tasks.mjcf import add_motor_lag, check_model_file
 from robo_rl.tasks.quadruped_walk import QuadrupedWalkConfig, QuadrupedWalkEnv
-from robo_rl.tasks.registry import TASKS, TaskEntry
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 from robo_rl.tasks.terrain import Terrain, TerrainConfig, generate_terrain, size_hfield, write_hfield
 from robo_rl.terms import ObservationTermRecord, register_observation
 from robo_rl.terms.base_motion import identity

@@ -17,12 +17,12 @@ from torch import Tensor
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import DeployContract, ObsTerm
 from robo_rl.tasks import rewards as rew
-from robo_rl.tasks.base import TaskEnv, check_reward_names
 from robo_rl.tasks.mjcf import check_model_file
-from robo_rl.tasks.registry import TASKS, TaskEntry
-from robo_rl.tasks.rotations import quat_rotate, yaw_quat
 from robo_rl.tasks.task_config import TaskConfig
+from robo_rl.tasks.task_env import TaskEnv, check_reward_names
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 from robo_rl.terms.base_motion import base_lin_vel_b, projected_gravity
+from robo_rl.terms.rotations import quat_rotate, yaw_quat
 
 GO2_LEGS = ("FL", "FR", "RL", "RR")
 GO2_JOINTS = tuple(f"{leg}_{part}_joint" for leg in GO2_LEGS for part in ("hip", "thigh", "calf"))

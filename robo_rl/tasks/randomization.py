@@ -1,7 +1,7 @@
 """The domain randomisation and event bookkeeping of TaskEnv: which per-world samples exist, when they are drawn,
 and how they are written into the backend's per-world model fields.
 
-A mixin of `robo_rl.tasks.base.TaskEnv` (split out by concern); the maths is in the pure functions of
+A mixin of `robo_rl.tasks.task_env.TaskEnv` (split out by concern); the maths is in the pure functions of
 `robo_rl.tasks.events`. It uses the env's resolved joints (`_act_columns`, `dq_idx`, nominal gains), its
 generator, backend and `rand` (the task's DomainRandConfig).
 """

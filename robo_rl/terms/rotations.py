@@ -11,6 +11,22 @@ from typing import Any
 import numpy as np
 
 
+def quat_rotate(q: Any, v: Any) -> Any:
+    """Rotate frame vectors v (N, 3) into the world: R(q) v (torch tensors)."""
+    w, xyz = q[:, :1], q[:, 1:]
+    t = xyz.cross(v, dim=-1).mul_(2.0)
+    return v.addcmul(w, t).add_(xyz.cross(t, dim=-1))  # (N, 3)
+
+
+def yaw_quat(yaw: Any) -> Any:
+    """Quaternions (N, 4) of rotations by yaw (N,) about world z (torch tensors)."""
+    half = 0.5 * yaw
+    out = half.new_zeros(*half.shape, 4)  # (N, 4)
+    out[..., 0] = half.cos()
+    out[..., 3] = half.sin()
+    return out
+
+
 def quat_rotate_inverse(q: Any, v: Any) -> Any:
     """Rotate world-frame vectors v (N, 3) into the frame of unit quaternions q (N, 4): R(q)^T v (torch tensors).
 

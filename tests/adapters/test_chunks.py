@@ -10,7 +10,7 @@ import torch
 from robo_rl.adapters.chunked import ChunkedVecEnv, chunked
 from robo_rl.cli import main as cli
 from robo_rl.core.config import ConfigError
-from robo_rl.tasks.registry import make_env, task_config_class
+from robo_rl.tasks.task_registry import make_env, task_config_class
 
 N, E = 3, 3
 

@@ -19,7 +19,7 @@ from robo_rl.learn.algorithms.ppo import PPO, REWARD_CLIP, PPOConfig, scale_rewa
 from robo_rl.learn.checkpoint import load_checkpoint, load_run_checkpoint, save_checkpoint
 from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
-from robo_rl.tasks.registry import TASKS, make_env, task_config_class, task_entry
+from robo_rl.tasks.task_registry import TASKS, make_env, task_config_class, task_entry
 from tests.cli.test_cli_errors import TINY, call, one_line_error
 from tests.conftest import REPO, run_cli
 

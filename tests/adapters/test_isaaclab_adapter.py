@@ -20,7 +20,7 @@ import torch
 from robo_rl.adapters.isaaclab.contract_translation import _one_scale, _symmetric_clip, vocabulary_name
 from robo_rl.cli import main as cli
 from robo_rl.core.config import ConfigError, UserError
-from robo_rl.tasks.registry import make_env, task_entry
+from robo_rl.tasks.task_registry import make_env, task_entry
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -239,7 +239,7 @@ def test_cartpole_steps_trains_with_ppo_and_sac_but_is_refused_for_export(tmp_pa
 @pytest.mark.parametrize("framework, task_id", [p for p in framework_params(0) if p.values[0] == "mjlab"])
 def test_terminal_obs_gives_the_last_observation_of_ended_episodes(framework, task_id):
     """env.terminal_obs: ended worlds' final_obs is their last observation, and resetting them leaves the others'."""
-    from robo_rl.tasks.registry import task_config_class
+    from robo_rl.tasks.task_registry import task_config_class
 
     cfg = task_config_class(f"{framework}:{task_id}")(terminal_obs=True, episode_length_s=0.2)  # 10 steps
     env = make_env(f"{framework}:{task_id}", 4, cfg=cfg, seed=2, device=DEVICE)

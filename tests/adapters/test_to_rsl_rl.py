@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 
 pytest.importorskip("tensordict", reason="tensordict comes with rsl-rl-lib (the dev extra)")
 from robo_rl.adapters.to_rsl_rl import RslRlVecEnv  # noqa: E402

@@ -4,7 +4,7 @@ from robo_rl.core.config import ConfigError, build, load_yaml
 from robo_rl.learn.algorithm_registry import ALGORITHMS, algorithm_configs
 from robo_rl.learn.algorithms.ppo import PPOConfig
 from robo_rl.learn.train_config import resolve_train_config
-from robo_rl.tasks.registry import task_config_class
+from robo_rl.tasks.task_registry import task_config_class
 from tests.conftest import REPO
 
 
@@ -84,8 +84,8 @@ def _float_fields():
     import typing
 
     from robo_rl.learn.train_config import RunnerConfig, TrainConfig
-    from robo_rl.sim.config import SimConfig
-    from robo_rl.tasks.registry import TASKS
+    from robo_rl.sim.sim_config import SimConfig
+    from robo_rl.tasks.task_registry import TASKS
 
     out = []
     for prefix, cls in [("", TrainConfig), ("sim", SimConfig), ("runner", RunnerConfig)]:
@@ -186,7 +186,7 @@ def test_load_yaml_of_a_directory_or_binary_file(tmp_path):
 
 def test_partial_section_overrides_the_fields_own_default():
     """quadruped-walk-rough's randomization default pushes; setting one other field keeps its pushes."""
-    from robo_rl.tasks.registry import task_config_class
+    from robo_rl.tasks.task_registry import task_config_class
 
     cfg = resolve_train_config({"task": "quadruped-walk-rough"}, ["env.randomization.friction_scale=[0.5,1.5]"],
                                env_config_cls=task_config_class)

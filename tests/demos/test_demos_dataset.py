@@ -65,7 +65,7 @@ def assert_episode_is(reader: DatasetReader, e: int, length: int, *, source_epis
 
 def test_round_trip_of_sim_frames_with_two_cameras(tmp_path):
     """5 episodes of a real sim rollout with two cameras: states and actions exact, images within codec error."""
-    from robo_rl.tasks.registry import make_env
+    from robo_rl.tasks.task_registry import make_env
 
     env = make_env("arm-pick-place", 5, seed=0)
     features = {"observation.state": vector(env.joint_names), "action": vector([f"a{i}" for i in range(4)]),

@@ -23,9 +23,9 @@ from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig  # noqa: E402
 from robo_rl.deploy.state_machine import Mode  # noqa: E402
 from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
 from robo_rl.deploy.transports.dds import unitree  # noqa: E402
+from robo_rl.deploy.transports.dds.dds_robot import DdsRobot  # noqa: E402
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint  # noqa: E402
 from robo_rl.deploy.transports.dds.operator import DdsOperatorLink  # noqa: E402
-from robo_rl.deploy.transports.dds.robot import DdsRobot  # noqa: E402
 from robo_rl.deploy.transports.dds.settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.transports.dds.twin_server import DdsTwinServer  # noqa: E402
 from robo_rl.deploy.transports.sim import SimRobot  # noqa: E402

@@ -9,7 +9,7 @@ import yaml
 from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.policy import validate_contract
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 from tests.conftest import REPO
 
 

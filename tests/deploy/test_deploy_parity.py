@@ -7,7 +7,7 @@ import torch
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.observations import ObservationBuilder
 from robo_rl.deploy.robot import RobotState
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 from tests.conftest import REPO
 
 CASES = [("quadruped-walk-flat", "go2", "velocity_command"), ("arm-reach", "panda", "target_pos")]

@@ -10,7 +10,7 @@ from robo_rl.deploy.policy import OnnxPolicy
 from robo_rl.export import onnx_export as export_mod
 from robo_rl.learn.runner import OnPolicyRunner
 from robo_rl.learn.train_config import resolve_train_config
-from robo_rl.tasks.registry import task_config_class
+from robo_rl.tasks.task_registry import task_config_class
 
 
 def tiny_checkpoint(task, run_dir):

@@ -9,7 +9,7 @@ import torch
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.sim_record import record_expert
 from robo_rl.learn.checkpoint import load_checkpoint
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 
 
 @pytest.fixture(scope="module")

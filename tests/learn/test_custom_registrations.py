@@ -24,7 +24,7 @@ from robo_rl.learn.runner import OnPolicyRunner
 from robo_rl.sim.backend import BACKENDS
 from robo_rl.sim.mujoco_cpu import MujocoCpuBackend
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
-from robo_rl.tasks.registry import TASKS, TaskEntry
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 
 USED: Counter[str] = Counter()
 """What the toys did, by name (this test's own record; reset by the fixture)."""

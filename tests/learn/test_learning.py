@@ -6,7 +6,7 @@ import pytest
 
 from robo_rl.learn.runner import OnPolicyRunner
 from robo_rl.learn.train_config import resolve_train_config
-from robo_rl.tasks.registry import task_config_class
+from robo_rl.tasks.task_registry import task_config_class
 
 
 class Recorder:

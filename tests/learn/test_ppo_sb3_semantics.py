@@ -111,7 +111,7 @@ def test_exported_policy_bakes_in_the_observation_clip(tmp_path):
     from robo_rl.deploy.policy import OnnxPolicy
     from robo_rl.export import onnx_export as export_mod
     from robo_rl.learn.runner import OnPolicyRunner
-    from robo_rl.tasks.registry import task_config_class
+    from robo_rl.tasks.task_registry import task_config_class
 
     overrides = ["sim.num_envs=8", "runner.max_iterations=1", "algo.num_steps_per_env=8", "runner.eval_episodes=0",
                  "policy.obs_norm_clip=0.5"]  # fmt: skip

@@ -176,7 +176,7 @@ def test_quadruped_presets_from_a_ppo_teacher(tmp_path, capsys):
     assert "2 episodes, 50 frames, dropped frames 0" in out  # 0.5 s at 50 Hz: the teacher's task config
     from robo_rl.demos.dataset_reader import DatasetReader
     from robo_rl.learn.builders import load_policy, load_trained
-    from robo_rl.tasks.registry import make_env
+    from robo_rl.tasks.task_registry import make_env
 
     frames = DatasetReader(demos).frames(["observation.policy", "action"])
     _, state, cfg = load_trained(tmp_path / "ppo")

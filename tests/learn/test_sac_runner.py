@@ -14,7 +14,7 @@ from robo_rl.learn.builders import resolve_config
 from robo_rl.learn.checkpoint import load_checkpoint, load_run_checkpoint
 from robo_rl.learn.runner import OffPolicyRunner, OnPolicyRunner, make_runner
 from robo_rl.learn.train_config import resolve_train_config
-from robo_rl.tasks.registry import TASKS, task_config_class
+from robo_rl.tasks.task_registry import TASKS, task_config_class
 from tests.conftest import sigkill_then_resume
 
 TINY_SAC = ["--num-envs", "4", "--set", "algo.buffer_size=400", "--set", "algo.batch_size=32",
@@ -109,7 +109,7 @@ def test_rlpd_learns_from_expert_demonstrations_with_an_asymmetric_critic(tmp_pa
     """arm-pick-place's critic sees more than its actor: the expert's recorded critic observations feed RLPD."""
     from robo_rl.learn.algorithms.sac import rlpd_variant
     from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert
-    from robo_rl.tasks.registry import make_env
+    from robo_rl.tasks.task_registry import make_env
 
     env = make_env("arm-pick-place", 2, seed=3)
     demo = rollout_expert(env, PickPlaceExpert(env), 2, seed=3)

@@ -22,7 +22,7 @@ from robo_rl.core.assets import find_asset  # noqa: E402
 from robo_rl.core.config import ConfigError  # noqa: E402
 from robo_rl.learn.builders import build_env, resolve_config  # noqa: E402
 from robo_rl.sim.mujoco_warp import MujocoWarpBackend, WarpBufferOverflow, wp  # noqa: E402
-from robo_rl.tasks.registry import TASKS, make_env, task_entry  # noqa: E402
+from robo_rl.tasks.task_registry import TASKS, make_env, task_entry  # noqa: E402
 from tests.conftest import sigkill_then_resume  # noqa: E402
 from tests.sim.warp_support import WARP_DEVICE, env_pair, paired_rollout  # noqa: E402
 

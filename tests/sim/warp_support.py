@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 
 BACKENDS = ("mujoco_cpu", "mujoco_warp")
 WARP_DEVICE = os.environ.get("ROBO_RL_TEST_WARP_DEVICE", "cpu")

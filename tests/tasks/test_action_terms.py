@@ -13,7 +13,7 @@ from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.policy import check_action_terms, validate_contract
 from robo_rl.tasks.action_manager import make_term
 from robo_rl.tasks.arm_pick_place import ArmPickPlaceConfig
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 from robo_rl.terms import validate_contract as validate_terms
 from robo_rl.terms.ee_delta_torch import yaw_of
 from robo_rl.terms.joint_position import joint_position_spec

@@ -14,7 +14,7 @@ from robo_rl.deploy.state_machine import Mode
 from robo_rl.export.onnx_export import PARITY_TOLERANCE, ExportedPolicy, embed_contract, onnx_bytes, parity_error
 from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig
 from robo_rl.tasks.experts import PickPlaceExpert
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 from tests.conftest import REPO
 
 HW = REPO / "hardware" / "panda_gripper.yaml"
@@ -159,7 +159,7 @@ def test_trained_policy_exports_with_its_action_terms(tmp_path):
     from robo_rl.export.onnx_export import export_policy
     from robo_rl.learn.runner import OnPolicyRunner
     from robo_rl.learn.train_config import resolve_train_config
-    from robo_rl.tasks.registry import task_config_class
+    from robo_rl.tasks.task_registry import task_config_class
 
     cfg = resolve_train_config(
         {"task": "arm-pick-place"},

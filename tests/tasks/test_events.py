@@ -10,7 +10,7 @@ from robo_rl.core.config import ConfigError
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.observations import ObservationBuilder
 from robo_rl.tasks.events import DomainRandConfig, delayed_actions
-from robo_rl.tasks.registry import make_env, task_config_class
+from robo_rl.tasks.task_registry import make_env, task_config_class
 from tests.conftest import REPO
 from tests.deploy.test_deploy_parity import robot_state_of
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from robo_rl.tasks.experts import EXPERTS, ReachExpert, rollout_expert
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 
 
 def test_demonstrations_are_transitions_of_the_env():

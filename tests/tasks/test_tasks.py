@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from robo_rl.tasks.registry import TASKS, make_env, task_config_class
+from robo_rl.tasks.task_registry import TASKS, make_env, task_config_class
 from robo_rl.terms import validate_contract
 
 

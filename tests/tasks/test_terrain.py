@@ -18,7 +18,7 @@ from robo_rl.tasks.quadruped_rough import (
     heading_yaw_rate,
     load_terrain_scene,
 )
-from robo_rl.tasks.registry import make_env, task_config_class
+from robo_rl.tasks.task_registry import make_env, task_config_class
 from robo_rl.tasks.terrain import (
     TERRAIN_TYPES,
     TerrainConfig,

@@ -3,7 +3,7 @@
 import torch
 
 from robo_rl.tasks.arm_pick_place import VISION_CUBES
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 from robo_rl.terms import validate_contract
 
 

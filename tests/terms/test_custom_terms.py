@@ -21,7 +21,7 @@ from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
 from robo_rl.sim import TRAINING_ENV_DEFAULTS
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
-from robo_rl.tasks.registry import TASKS, TaskEntry, make_env
+from robo_rl.tasks.task_registry import TASKS, TaskEntry, make_env
 from robo_rl.terms import (
     ACTION_TERMS,
     OBSERVATION_TERMS,

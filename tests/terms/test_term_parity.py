@@ -12,7 +12,7 @@ import torch
 
 from robo_rl.tasks.action_manager import make_term
 from robo_rl.tasks.arm_pick_place import ArmPickPlaceConfig
-from robo_rl.tasks.registry import make_env
+from robo_rl.tasks.task_registry import make_env
 from robo_rl.terms import ACTION_TERMS, OBSERVATION_TERMS
 from robo_rl.terms.joint_position import joint_position_spec
 

@@ -21,7 +21,7 @@ from robo_rl.adapters.isaaclab.bootstrap import FRAMEWORKS, make_framework_env
 from robo_rl.adapters.isaaclab.contract_translation import framework_contract
 from robo_rl.core.config import ConfigError, UserError, _f
 from robo_rl.core.contract import DeployContract
-from robo_rl.tasks.registry import TASKS, TaskEntry
+from robo_rl.tasks.task_registry import TASKS, TaskEntry
 
 POLICY_GROUPS = ("policy", "actor")
 """Observation groups that become our "policy" group (Isaac Lab's name, then mjlab's)."""

@@ -77,7 +77,7 @@ class SimRobot:
         if physics_dt is not None:
             if not (np.isfinite(physics_dt) and physics_dt > 0):
                 raise ValueError(f"physics_dt = {physics_dt!r}: must be a finite number > 0 (s)")
-            m.opt.timestep = physics_dt  # as in training (robo_rl.tasks.base overrides the MJCF's)
+            m.opt.timestep = physics_dt  # as in training (robo_rl.tasks.task_env overrides the MJCF's)
         steps = control_dt / m.opt.timestep
         if round(steps) < 1 or abs(steps - round(steps)) > 1e-6 * steps:
             raise ValueError(f"control_dt = {control_dt!r} is not a whole number of physics steps of "

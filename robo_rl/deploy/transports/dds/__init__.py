@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, Transport
+from robo_rl.deploy.transports.dds.dds_robot import DdsRobot
 from robo_rl.deploy.transports.dds.operator import DdsOperatorLink, OperatorHandler
-from robo_rl.deploy.transports.dds.robot import DdsRobot
 from robo_rl.deploy.transports.dds.settings import DdsSettings, check_domain_id
 from robo_rl.deploy.transports.dds.twin_server import serve_twin
 

@@ -15,7 +15,7 @@ import torch
 
 from robo_rl.core.config import ConfigError
 from robo_rl.core.registry import Registry
-from robo_rl.tasks.base import device_scope
+from robo_rl.tasks.task_env import device_scope
 
 
 class TaskEntry(NamedTuple):

@@ -1,5 +1,6 @@
-"""Acceptance (issue 27): an algorithm, a task and a physics backend registered from this file alone train,
-resume and export through the CLI, and each registration is shown to have been used.
+"""Acceptance (issue 27): an algorithm, a task, a physics backend and a transport registered from this file alone
+train, resume and export through the CLI and run on the twin through the deploy core, and each registration is
+shown to have been used.
 
 Nothing outside this module names them: the registries are the only way in.
 """
@@ -10,12 +11,17 @@ import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import torch
 
 from robo_rl.cli.main import main
 from robo_rl.core.config import _f
 from robo_rl.deploy.policy import OnnxPolicy
+from robo_rl.deploy.robot import TRANSPORTS, Transport
+from robo_rl.deploy.session import open_session, rehearse
+from robo_rl.deploy.state_machine import Mode
+from robo_rl.deploy.transports.sim import connect_twin
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.algorithms.ppo import PPO, PPOConfig
 from robo_rl.learn.checkpoint import latest_checkpoint, load_run_checkpoint
@@ -25,6 +31,7 @@ from robo_rl.sim.backend import BACKENDS
 from robo_rl.sim.mujoco_cpu import MujocoCpuBackend
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
 from robo_rl.tasks.task_registry import TASKS, TaskEntry
+from tests.conftest import REPO
 
 USED: Counter[str] = Counter()
 """What the toys did, by name (this test's own record; reset by the fixture)."""
@@ -86,6 +93,35 @@ class ToyBackend(MujocoCpuBackend):
         super().step(n_substeps)
 
 
+# ---------------------------------------------------------------------------------------------- toy transport
+class ToyLink:
+    """The MuJoCo twin behind a transport of this test's own, counting the commands it carries."""
+
+    def __init__(self, twin):
+        self.twin = twin
+        self.hw = twin.hw
+
+    def read_state(self):
+        USED["transport_reads"] += 1
+        return self.twin.read_state()
+
+    def send_command(self, command):
+        USED["transport_commands"] += 1
+        self.twin.send_command(command)
+
+    def close(self):
+        self.twin.close()
+
+    @property
+    def time(self) -> float:
+        """Robot time (a fast-forward rehearsal's clock)."""
+        return self.twin.time
+
+
+def connect_toy(hw, options):
+    return ToyLink(connect_twin(hw, options))
+
+
 @pytest.fixture
 def toys():
     ppo = ALGORITHMS.get("ppo")
@@ -94,12 +130,14 @@ def toys():
     USED.clear()
     with (ALGORITHMS.registered("toy-ppo", entry),
           TASKS.registered("toy-reach", TaskEntry(ToyReachEnv, ToyReachConfig)),
-          BACKENDS.registered("toy_cpu", ToyBackend)):
+          BACKENDS.registered("toy_cpu", ToyBackend),
+          TRANSPORTS.registered("toy-link", Transport(connect=connect_toy, rehearsal=True, help="a test's link"))):
         yield
     assert "toy-ppo" not in ALGORITHMS and "toy-reach" not in TASKS and "toy_cpu" not in BACKENDS
+    assert "toy-link" not in TRANSPORTS
 
 
-def test_toy_algorithm_task_and_backend_train_resume_and_export(toys, tmp_path, capsys):
+def test_toy_algorithm_task_backend_and_transport_train_resume_export_and_deploy(toys, tmp_path, capsys):
     run_dir = tmp_path / "runs" / "toy"
     train = ["train", "--task", "toy-reach", "--algo", "toy-ppo", "--num-envs", "4", "--max-iterations", "2",
              "--run-name", "toy", "--set", f"runner.log_dir={tmp_path / 'runs'}", "--set", "sim.backend=toy_cpu",
@@ -130,6 +168,16 @@ def test_toy_algorithm_task_and_backend_train_resume_and_export(toys, tmp_path, 
     assert contract.extra["task"] == "toy-reach"
     assert USED["task_envs"] > envs and USED["backend_steps"] > steps  # the parity check ran the toy task and backend
     assert USED["algo_updates"] == 4  # export builds the policy, never trains
+
+    runtime = open_session(out, REPO / "hardware" / "panda.yaml", "toy-link", realtime=False,
+                           commands={"target_pos": np.array([0.5, 0.1, 0.3])})
+    ramp = runtime.hw.safety.ramp_time_s
+    stats = rehearse(runtime, ramp + 1.0)  # robot time: the soft start, then 1 s of the toy policy
+    modes = [t.mode for t in runtime.controller.state_machine.transitions]
+    assert modes == [Mode.PASSIVE, Mode.RAMP, Mode.READY, Mode.POLICY, Mode.DAMP]
+    assert runtime.controller.state_machine.fault_reason is None
+    assert USED["transport_commands"] == stats["ticks"] + 1 and USED["transport_reads"] >= stats["ticks"]
+    runtime.robot.close()
 
 
 def test_unknown_names_list_the_registered_toys(toys):

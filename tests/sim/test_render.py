@@ -182,7 +182,7 @@ def test_other_gl_backend_in_a_subprocess(backend, tmp_path):
     out = tmp_path / "images.npy"
     env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}  # mujoco set it here for MUJOCO_GL
     env.update(MUJOCO_GL=other, PYTHONPATH=str(REPO))
-    code = _RENDER_IN_SUBPROCESS.format(tests=str(REPO / "tests"), out=str(out))
+    code = _RENDER_IN_SUBPROCESS.format(tests=str(REPO / "tests" / "sim"), out=str(out))
     run = subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     theirs = torch.from_numpy(np.load(out))

@@ -1,3 +1,4 @@
+import hashlib
 import os
 import signal
 import subprocess
@@ -10,16 +11,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def shared_venv(name: str, env_var: str) -> Path:
-    """$env_var, else the folder `name` in the main checkout (one second venv shared by its git worktrees)."""
+def cached_venv(name: str, pins: bytes, env_var: str) -> Path:
+    """$env_var, else `<cache>/robo_rl/venvs/<name>-<sha256 of pins, 12 hex>` (cache: $XDG_CACHE_HOME or ~/.cache).
+
+    Outside the clone, so a rerun on the same machine (another clone, a worktree, the next CI run) reuses a side
+    venv instead of building it again; keyed by the pinned versions it is built from, so a change of pins builds a
+    new one. The builders (scripts/setup_mjlab.sh, scripts/lerobot_check.py) build into a temporary folder and
+    rename it when complete, so a killed build is never taken for a venv.
+    """
     if os.environ.get(env_var):
         return Path(os.environ[env_var])
-    try:
-        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=REPO,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        return Path(common).parent / name
-    except (OSError, subprocess.CalledProcessError):
-        return REPO / name
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "robo_rl" / "venvs" / f"{name}-{hashlib.sha256(pins).hexdigest()[:12]}"
 
 
 def load_script(name: str):

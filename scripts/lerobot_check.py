@@ -97,7 +97,11 @@ def ensure_venv(venv: str | Path, log=None) -> tuple[Path | None, str]:
             return None, f"{venv} exists and is not a virtualenv; not touching it"
         shutil.rmtree(venv)  # a build that stopped half-way
     venv.parent.mkdir(parents=True, exist_ok=True)
+    for stale in venv.parent.glob(f"{venv.name}.*.tmp"):  # builds killed more than a day ago left these behind
+        if time.time() - stale.stat().st_mtime > 86400:
+            shutil.rmtree(stale, ignore_errors=True)
     build = Path(tempfile.mkdtemp(prefix=f"{venv.name}.", suffix=".tmp", dir=venv.parent))
+    build.chmod(0o755)
     t = time.perf_counter()
     try:
         for cmd in install_steps(build):

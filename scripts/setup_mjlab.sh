@@ -20,7 +20,10 @@ if complete; then
   exit 0
 fi
 mkdir -p "$(dirname "$VENV")"
+# builds killed more than a day ago left these behind
+find "$(dirname "$VENV")" -maxdepth 1 -name "$(basename "$VENV").*.tmp" -mmin +1440 -exec rm -rf {} +
 BUILD=$(mktemp -d "$VENV.XXXXXX" --suffix=.tmp)
+chmod 755 "$BUILD"
 log=$(mktemp --tmpdir setup_mjlab.XXXXXX.log)
 trap 'rm -rf "$BUILD"' EXIT
 "$PY" -m venv "$BUILD"

@@ -4,7 +4,7 @@
 ~/.cache/robo_rl/venvs/mjlab-<hash of constraints-mjlab.txt> (tests.conftest.cached_venv; ROBO_RL_MJLAB_VENV
 overrides the path) and reuses it after, from any clone; tests/adapters/test_isaaclab_adapter.py then
 runs there with this checkout first on the path, and every mjlab test in it must pass (none skipped).
-Warp's compiled kernels are cached in `.cache/warp/` (ignored by git).
+Warp's compiled kernels are cached in ~/.cache/robo_rl/warp/mjlab (tests.conftest sets ROBO_RL_WARP_CACHE).
 """
 
 from __future__ import annotations

@@ -32,11 +32,14 @@ loops and DDS on a quiet machine and was never part of this test."""
 def smoke_run_problems(script: str, args: list[str], expected: int) -> list[str]:
     """What is wrong with `scripts/<script> ARGS` (exit status, TARGET lines); empty when it ran as it should."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # this checkout's robo_rl, as tests.conftest.run_cli does
-    out = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / script), *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-    )
     name = " ".join([script, *args])
+    try:
+        out = subprocess.run(
+            [sys.executable, str(REPO / "scripts" / script), *args],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+        )
+    except subprocess.TimeoutExpired:
+        return [f"{name}: still running after 900 s"]
     if out.returncode != 0:
         return [f"{name}: exit status {out.returncode}: {out.stderr[-2000:]}"]
     targets = [line for line in out.stdout.splitlines() if line.startswith("TARGET")]

@@ -83,7 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--config", default=None, help="YAML preset (default sim_configs/<task>.yaml)")
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for both learners (policy.noise_std_type only for ours); repeatable")
-    g.add_argument("--seeds", default="0,1", help="comma-separated training seeds, run one after the other")
+    g.add_argument("--seeds", default=None, help="comma-separated training seeds, run one after the other "
+                   "(default 0,1; 0 with --smoke)")
     g.add_argument("--ours-std-types", default="", help="e.g. scalar,log: train ours once per std type (the first "
                    "one is used in the TARGET); default: the resolved config's")
     g.add_argument("--rsl-std-type", default="scalar", choices=("scalar", "log"), help="rsl-rl-lib's std_type")
@@ -96,6 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.update = args.learning = True
     smoke = args.smoke
     args.eval_episodes = args.eval_episodes if args.eval_episodes is not None else (8 if smoke else 64)
+    args.seeds = args.seeds or ("0" if smoke else "0,1")
     args.num_envs = args.num_envs or (256 if smoke else 1024)
     args.steps = args.steps or (16 if smoke else 24)
     args.repeats = args.repeats or (5 if smoke else 15)

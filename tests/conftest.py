@@ -80,11 +80,12 @@ def sigkill_then_resume(cli, tmp_path: Path, train_args: list[str], *, iteration
 
 @pytest.fixture(scope="session")
 def reach_demos_50(tmp_path_factory) -> Path:
-    """50 scripted-expert arm-reach episodes recorded with action noise 0.2 by `robo-rl record` (50 worlds): one
-    LeRobot v3 dataset, recorded once per session, that the BC and flow-BC learning checks train from (read only)."""
+    """50 scripted-expert arm-reach episodes recorded with action noise 0.2 by `robo-rl record` (25 worlds, seed 0):
+    one LeRobot v3 dataset, recorded once per session, that the BC and flow-BC learning checks train from (read
+    only). It is the dataset the flow-BC check recorded for itself before (BC's recorded 50 worlds at once)."""
     root = tmp_path_factory.mktemp("demos") / "reach50"
     rec = run_cli("record", "--task", "arm-reach", "--expert", "--episodes", "50", "--noise", "0.2", "--num-envs",
-                  "50", "--out", str(root))
+                  "25", "--out", str(root))
     assert rec.returncode == 0, rec.stderr
     assert "50 episodes" in rec.stdout, rec.stdout
     return root

@@ -59,9 +59,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", type=int, default=25, help="env steps per timed chunk")
     parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--quick", action="store_true", help="N=16, 10 steps x 3 rounds (a smoke test)")
+    parser.add_argument("--smoke", action="store_true", help="N=16, 10 steps x 3 rounds (a smoke test)")
     args = parser.parse_args()
-    if args.quick:
+    if args.smoke:
         args.num_envs, args.steps, args.rounds = 16, 10, 3
 
     import torch

@@ -10,7 +10,7 @@
 3. Read throughput: frames/s of `DatasetReader.episode` (videos decoded).
 
     python scripts/bench_demos.py            # ~1 min
-    python scripts/bench_demos.py --quick
+    python scripts/bench_demos.py --smoke
 """
 
 from __future__ import annotations
@@ -112,9 +112,9 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="recording time while the policy runs")
     p.add_argument("--episode-s", type=float, default=5.0, help="an episode is saved every this many seconds")
     p.add_argument("--frames", type=int, default=2000, help="frames of the write-throughput run")
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--smoke", action="store_true")
     args = p.parse_args()
-    if args.quick:
+    if args.smoke:
         args.seconds, args.episode_s, args.frames = 4.0, 1.0, 250
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "rec"

@@ -1,7 +1,7 @@
 """Benchmark the deploy path: ONNX inference latency, control-loop jitter against SimRobot, and over DDS.
 
     python scripts/bench_deploy.py            # reference policies, 50 Hz and 500 Hz loops, DDS rows
-    python scripts/bench_deploy.py --quick
+    python scripts/bench_deploy.py --smoke
 
 Inference: one observation at a time through onnxruntime (1 thread), as the controller calls it.
 Loop: the Controller in-process against the MuJoCo twin running in real time in its own thread;
@@ -184,14 +184,14 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=20_000)
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--pings", type=int, default=2_000)
-    p.add_argument("--quick", action="store_true")
+    p.add_argument("--smoke", action="store_true")
     p.add_argument("--no-dds", action="store_true", help="skip the DDS rows")
     p.add_argument("--dds-echo", type=int, metavar="DOMAIN", help=argparse.SUPPRESS)  # the round trip's 2nd process
     args = p.parse_args()
     if args.dds_echo is not None:
         dds_echo(args.dds_echo, 120.0)
         return
-    if args.quick:
+    if args.smoke:
         args.calls, args.seconds, args.pings = 2_000, 2.0, 300
 
     targets = []

@@ -15,7 +15,7 @@ same way: it shows what SB3 itself reaches with the config on this gymnasium and
 
     PYTHONPATH=. python scripts/bench_gym_reference.py                 # 1 M steps (~16 min on 2 cores)
     PYTHONPATH=. python scripts/bench_gym_reference.py --steps 200000 --seed 1
-    PYTHONPATH=. python scripts/bench_gym_reference.py --quick         # 2 iterations: a smoke run
+    PYTHONPATH=. python scripts/bench_gym_reference.py --smoke         # 2 iterations: a smoke run
     PYTHONPATH=. python scripts/bench_gym_reference.py --impl sb3      # SB3's PPO, same settings and budget
 """
 
@@ -56,11 +56,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, e.g. algo.learning_rate=3e-4 (repeatable)")
     p.add_argument("--run-dir", default=None, help="keep the run (checkpoints, TensorBoard) here; default: a temp dir")
-    p.add_argument("--quick", action="store_true", help="2 iterations and 2 evaluation episodes (a smoke run)")
+    p.add_argument("--smoke", action="store_true", help="2 iterations and 2 evaluation episodes (a smoke run)")
     p.add_argument("--impl", choices=("robo_rl", "sb3"), default="robo_rl",
                    help="whose PPO to train: ours, or stable-baselines3's from the same config")
     args = p.parse_args(argv)
-    if args.quick:
+    if args.smoke:
         args.eval_episodes = 2
     return args
 
@@ -70,7 +70,7 @@ def bench_config(args: argparse.Namespace, run_dir: Path) -> TrainConfig:
     raw = load_yaml(args.config)
     base = resolve_train_config(raw, [*args.overrides, f"seed={args.seed}"], env_config_cls=task_config_class)
     per_iteration = base.algo.num_steps_per_env * base.sim.num_envs
-    iterations = 2 if args.quick else max(1, math.ceil(args.steps / per_iteration))
+    iterations = 2 if args.smoke else max(1, math.ceil(args.steps / per_iteration))
     runner = [f"runner.max_iterations={iterations}", "runner.eval_episodes=0", f"runner.save_interval={iterations}",
               f"runner.log_dir={run_dir.parent}", f"runner.run_name={run_dir.name}"]
     return resolve_train_config(raw, [*args.overrides, f"seed={args.seed}", *runner], env_config_cls=task_config_class)

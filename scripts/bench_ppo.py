@@ -21,7 +21,7 @@ evaluation (the quick-start's 64 episodes, same seeds as `robo-rl train`).
     PYTHONPATH=. python scripts/bench_ppo.py --learning          # arm-reach preset, seeds 0 and 1
     PYTHONPATH=. python scripts/bench_ppo.py --learning --ours-std-types scalar,log  # both of ours
     PYTHONPATH=. python scripts/bench_ppo.py --learning --set policy.noise_std_type=log
-    PYTHONPATH=. python scripts/bench_ppo.py --quick             # both parts, small and fast
+    PYTHONPATH=. python scripts/bench_ppo.py --smoke             # both parts, small and fast
 
 Without `--update` / `--learning` both parts run. They print, in this order,
     TARGET ppo_update_time_vs_rsl_rl measured=<ours/rsl> goal=<=1.0 PASS|FAIL
@@ -56,8 +56,8 @@ def _dims(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--num-envs", type=int, default=None, help="N (default 1024; 256 with --quick)")
-    p.add_argument("--steps", type=int, default=None, help="rollout length T (default 24; 16 with --quick)")
+    p.add_argument("--num-envs", type=int, default=None, help="N (default 1024; 256 with --smoke)")
+    p.add_argument("--steps", type=int, default=None, help="rollout length T (default 24; 16 with --smoke)")
     p.add_argument("--obs-dim", type=int, default=45)
     p.add_argument("--critic-obs-dim", type=int, default=48)
     p.add_argument("--action-dim", type=int, default=12)
@@ -69,11 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--schedule", default="adaptive", choices=("adaptive", "fixed"))
     p.add_argument("--no-obs-norm", action="store_true", help="disable observation normalisation for both")
-    p.add_argument("--repeats", type=int, default=None, help="timed updates per implementation (default 15; 5 quick)")
-    p.add_argument("--warmup", type=int, default=None, help="untimed updates per implementation (default 2; 1 quick)")
+    p.add_argument("--repeats", type=int, default=None, help="timed updates per implementation (default 15; 5 smoke)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed updates per implementation (default 2; 1 smoke)")
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="small batch, few repeats; a few learning iterations")
+    p.add_argument("--smoke", action="store_true", help="small batch, few repeats; a few learning iterations")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table of one update of each")
     p.add_argument("--update", action="store_true", help="run the update-time part (default: both parts)")
     p.add_argument("--learning", action="store_true", help="run the learning part (default: both parts)")
@@ -82,23 +82,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--config", default=None, help="YAML preset (default sim_configs/<task>.yaml)")
     g.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for both learners (policy.noise_std_type only for ours); repeatable")
-    g.add_argument("--seeds", default="0,1", help="comma-separated training seeds, run one after the other")
+    g.add_argument("--seeds", default=None, help="comma-separated training seeds, run one after the other "
+                   "(default 0,1; 0 with --smoke)")
     g.add_argument("--ours-std-types", default="", help="e.g. scalar,log: train ours once per std type (the first "
                    "one is used in the TARGET); default: the resolved config's")
     g.add_argument("--rsl-std-type", default="scalar", choices=("scalar", "log"), help="rsl-rl-lib's std_type")
     g.add_argument("--threshold", type=float, default=0.01, help="distance (m) for the iterations-to metric")
     g.add_argument("--window", type=int, default=5, help="moving-mean window (iterations) for the threshold")
     g.add_argument("--final-window", type=int, default=10, help="iterations averaged for the final distance")
-    g.add_argument("--eval-episodes", type=int, default=None, help="deterministic evaluation episodes (64; 8 quick)")
+    g.add_argument("--eval-episodes", type=int, default=None, help="deterministic evaluation episodes (64; 8 smoke)")
     args = p.parse_args(argv)
     if not args.update and not args.learning:
         args.update = args.learning = True
-    quick = args.quick
-    args.eval_episodes = args.eval_episodes if args.eval_episodes is not None else (8 if quick else 64)
-    args.num_envs = args.num_envs or (256 if quick else 1024)
-    args.steps = args.steps or (16 if quick else 24)
-    args.repeats = args.repeats or (5 if quick else 15)
-    args.warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
+    smoke = args.smoke
+    args.eval_episodes = args.eval_episodes if args.eval_episodes is not None else (8 if smoke else 64)
+    args.seeds = args.seeds or ("0" if smoke else "0,1")
+    args.num_envs = args.num_envs or (256 if smoke else 1024)
+    args.steps = args.steps or (16 if smoke else 24)
+    args.repeats = args.repeats or (5 if smoke else 15)
+    args.warmup = args.warmup if args.warmup is not None else (1 if smoke else 2)
     return args
 
 
@@ -272,9 +274,9 @@ def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, .
     preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
     raw = load_yaml(preset) if args.config or preset.is_file() else {}
     raw["task"] = args.task
-    quick = ["sim.num_envs=64", "runner.max_iterations=6"] if args.quick else []
+    smoke = ["sim.num_envs=64", "runner.max_iterations=6"] if args.smoke else []
     return resolve_train_config(
-        raw, [*quick, *args.overrides, *overrides, f"seed={seed}"], env_config_cls=task_config_class
+        raw, [*smoke, *args.overrides, *overrides, f"seed={seed}"], env_config_cls=task_config_class
     )
 
 

@@ -9,7 +9,7 @@ the deployed policy rises by >= 20 points absolute, or to >= 95 %.
 Also printed: the wall time per ReinFlow iteration at each K.
 
     python scripts/bench_reinflow.py                # ~30 min on this 2-core machine
-    python scripts/bench_reinflow.py --quick        # a smoke test (tiny budgets)
+    python scripts/bench_reinflow.py --smoke        # a smoke test (tiny budgets)
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=25, help="ReinFlow steps per world per iteration")
     parser.add_argument("--episodes", type=int, default=64, help="evaluation episodes")
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
-    if args.quick:
+    if args.smoke:
         args.demos, args.bc_iterations, args.minutes, args.num_envs, args.episodes, args.steps = 4, 2, 0.1, 8, 8, 25
     root = Path(args.out or tempfile.mkdtemp(prefix="bench_reinflow_"))
     common = ["--task", TASK, "--num-envs", str(args.num_envs), "--set", f"runner.log_dir={root}",

@@ -137,9 +137,9 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[64, 96], help="square image sizes; 64 gives the TARGET")
     p.add_argument("--rounds", type=int, default=15, help="timed calls per size (the median counts)")
     p.add_argument("--variants", action="store_true", help="also time each setting at MuJoCo's default (64 px)")
-    p.add_argument("--quick", action="store_true", help="8 worlds, 3 rounds: a smoke test")
+    p.add_argument("--smoke", action="store_true", help="8 worlds, 3 rounds: a smoke test")
     args = p.parse_args()
-    if args.quick:
+    if args.smoke:
         args.num_envs, args.rounds = 8, 3
     if 64 not in args.sizes:
         args.sizes = [64, *args.sizes]

@@ -19,7 +19,7 @@ episode each, `Metrics/success` at the episode's end). Prints the success curves
 (the final evaluations) and exits 0 either way.
 
     PYTHONPATH=. python scripts/bench_rlpd.py                 # ~15 min on 2 cores (RLPD most of it)
-    PYTHONPATH=. python scripts/bench_rlpd.py --quick         # a smoke run
+    PYTHONPATH=. python scripts/bench_rlpd.py --smoke         # a smoke run
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rlpd-bc", type=float, default=0.4,
                    help="RLPD's demo behaviour-cloning weight (algo.demo_bc_weight)")
     p.add_argument("--only", choices=("SAC", "RLPD"), help="train only this learner (a pilot; prints no TARGET)")
-    p.add_argument("--quick", action="store_true", help="4 demos, 4 iterations (a smoke run)")
+    p.add_argument("--smoke", action="store_true", help="4 demos, 4 iterations (a smoke run)")
     args = p.parse_args(argv)
-    if args.quick:
+    if args.smoke:
         args.iterations, args.demos, args.eval_every, args.eval_episodes = 4, 4, 2, 4
     return args
 

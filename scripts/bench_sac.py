@@ -24,7 +24,7 @@ and exits 0 either way.
 
     PYTHONPATH=. python scripts/bench_sac.py                    # both environments (~15 min on 2 cores)
     PYTHONPATH=. python scripts/bench_sac.py --env pendulum
-    PYTHONPATH=. python scripts/bench_sac.py --quick            # tiny budgets: a smoke run
+    PYTHONPATH=. python scripts/bench_sac.py --smoke            # tiny budgets: a smoke run
 """
 
 from __future__ import annotations
@@ -239,9 +239,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-scale", type=float, default=1.0, help="scale every env-step budget")
     p.add_argument("--sb3-max-s", type=float, default=480.0, help="stop SB3 after this many training seconds")
-    p.add_argument("--quick", action="store_true", help="budgets of 1%% (a smoke run)")
+    p.add_argument("--smoke", action="store_true", help="budgets of 1%% (a smoke run)")
     args = p.parse_args(argv)
-    if args.quick:
+    if args.smoke:
         args.budget_scale = 0.01
     return args
 

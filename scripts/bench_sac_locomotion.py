@@ -10,7 +10,7 @@ the measurement (README, *Benchmarks*).
 
     PYTHONPATH=. python scripts/bench_sac_locomotion.py               # 2 x 10 min on 2 cores
     PYTHONPATH=. python scripts/bench_sac_locomotion.py --minutes 2
-    PYTHONPATH=. python scripts/bench_sac_locomotion.py --quick       # a smoke run
+    PYTHONPATH=. python scripts/bench_sac_locomotion.py --smoke       # a smoke run
 """
 
 from __future__ import annotations
@@ -83,9 +83,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, default=10.0, help="training time of each algorithm")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-episodes", type=int, default=64)
-    p.add_argument("--quick", action="store_true", help="a few seconds each, 4 evaluation episodes")
+    p.add_argument("--smoke", action="store_true", help="a few seconds each, 4 evaluation episodes")
     args = p.parse_args(argv)
-    if args.quick:
+    if args.smoke:
         args.minutes, args.eval_episodes = 0.1, 4
     return args
 

@@ -13,7 +13,7 @@ over rounds; each ratio is the median of the per-round ratios. A single chunk ca
 on this shared machine, so the default runs 40 rounds (1-2 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
-    python scripts/bench_sim.py --quick         # smaller, for a smoke test
+    python scripts/bench_sim.py --smoke         # smaller, for a smoke test
 
 With `--backend mujoco_warp [--device cuda:0]` it compares our TaskEnv on the MuJoCo Warp backend
 with raw `mujoco_warp.step` on the same model, N, buffers, initial state and ctrl (a CUDA graph of
@@ -302,16 +302,16 @@ def main() -> None:
     p.add_argument("--num-envs", type=int, default=1024)
     p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
     p.add_argument("--rounds", type=int, default=40, help="rounds; each loop runs one timed chunk per round")
-    p.add_argument("--quick", action="store_true", help="N=256, fewer chunks, for a smoke test")
+    p.add_argument("--smoke", action="store_true", help="N=256, fewer chunks, for a smoke test")
     p.add_argument("--backend", choices=("mujoco_cpu", "mujoco_warp"), default="mujoco_cpu")
     p.add_argument("--device", default="cpu", help="mujoco_warp: cpu (Warp's CPU device) or cuda:N")
     p.add_argument("--ppo-envs", type=int, default=4096, help="mujoco_warp on a GPU: worlds of the PPO run")
     p.add_argument("--ppo-iterations", type=int, default=10, help="mujoco_warp on a GPU: timed PPO iterations")
     args = p.parse_args()
-    if args.quick:
+    if args.smoke:
         args.num_envs, args.steps, args.rounds = 256, 10, 3
     if args.backend == "mujoco_warp":
-        if args.quick:
+        if args.smoke:
             args.num_envs, args.steps, args.rounds, args.ppo_envs, args.ppo_iterations = 32, 4, 3, 512, 2
         main_warp(args)
         return

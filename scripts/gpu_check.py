@@ -43,7 +43,7 @@ def run(title: str, argv: list[str], env: dict[str, str], timeout_s: float) -> t
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda:0")
-    p.add_argument("--quick", action="store_true", help="smaller benchmark (a smoke test of the script)")
+    p.add_argument("--smoke", action="store_true", help="smaller benchmark (a smoke test of the script)")
     args = p.parse_args()
     python = sys.executable
     probe = subprocess.run([python, "-c", "import warp as wp; wp.config.quiet = True; "
@@ -59,8 +59,8 @@ def main() -> int:
     env = {**os.environ, "ROBO_RL_TEST_WARP_DEVICE": args.device, "PYTHONPATH": str(REPO)}
     bench = [python, "scripts/bench_sim.py", "--backend", "mujoco_warp", "--device", args.device,
              "--num-envs", "4096", "--rounds", "5", "--steps", "20"]
-    if args.quick:
-        bench = [*bench[:4], "--device", args.device, "--quick"]
+    if args.smoke:
+        bench = [*bench[:4], "--device", args.device, "--smoke"]
     steps = [
         ("parity with the CPU backend", [python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                          "tests/sim/test_warp_backend.py"], 150),

@@ -28,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -62,16 +63,33 @@ def ffmpeg_present() -> bool:
     return ctypes.util.find_library("avutil") is not None
 
 
+def venv_pins() -> bytes:
+    """The pinned versions the venv is built from (what a cache of built venvs is keyed by)."""
+    return "\n".join([*TORCH, *LEROBOT]).encode()
+
+
 def venv_ready(venv: Path) -> bool:
     return (venv / ".lerobot-ready").is_file() and (venv / "bin" / "python").is_file()
+
+
+def point_scripts_at(build: Path, venv: Path) -> None:
+    """Rewrite the `#!build/bin/...` lines of build's bin/ scripts to name `venv`, the folder it is renamed to."""
+    for script in (build / "bin").iterdir():
+        if script.is_symlink() or not script.is_file():
+            continue
+        data = script.read_bytes()
+        if data.startswith(f"#!{build}/".encode()):
+            script.write_bytes(data.replace(f"#!{build}/".encode(), f"#!{venv}/".encode(), 1))
 
 
 def ensure_venv(venv: str | Path, log=None) -> tuple[Path | None, str]:
     """(venv's python, "") once the venv exists (built now if missing), else (None, the reason it could not be).
 
-    A venv counts as built when its `.lerobot-ready` marker exists; a half-built one is removed and rebuilt.
+    A venv counts as built when its `.lerobot-ready` marker exists. It is built in a temporary folder beside `venv`
+    (`*.tmp`) and renamed to `venv` when complete, so a build killed half-way is never taken for a venv; a `venv`
+    without the marker (left by an older build) is removed first.
     """
-    venv = Path(venv)
+    venv = Path(venv).absolute()
     if venv_ready(venv):
         return venv / "bin" / "python", ""
     if venv.exists():
@@ -79,18 +97,31 @@ def ensure_venv(venv: str | Path, log=None) -> tuple[Path | None, str]:
             return None, f"{venv} exists and is not a virtualenv; not touching it"
         shutil.rmtree(venv)  # a build that stopped half-way
     venv.parent.mkdir(parents=True, exist_ok=True)
+    for stale in venv.parent.glob(f"{venv.name}.*.tmp"):  # builds killed more than a day ago left these behind
+        if time.time() - stale.stat().st_mtime > 86400:
+            shutil.rmtree(stale, ignore_errors=True)
+    build = Path(tempfile.mkdtemp(prefix=f"{venv.name}.", suffix=".tmp", dir=venv.parent))
+    build.chmod(0o755)
     t = time.perf_counter()
-    for cmd in install_steps(venv):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if r.returncode != 0:
-            tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no output)"]
-            if cmd[0] == "apt-get":  # without FFmpeg only the videos fail; go on for the numerics
-                print(f"lerobot venv: {' '.join(cmd)} failed: {tail[0]}", file=log or sys.stderr)
-                continue
-            shutil.rmtree(venv, ignore_errors=True)
-            return None, f"building {venv} failed at `{' '.join(cmd)}`: {tail[0]}"
-    (venv / ".lerobot-ready").write_text(f"built in {time.perf_counter() - t:.0f} s\n")
+    try:
+        for cmd in install_steps(build):
+            env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if r.returncode != 0:
+                tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["(no output)"]
+                if cmd[0] == "apt-get":  # without FFmpeg only the videos fail; go on for the numerics
+                    print(f"lerobot venv: {' '.join(cmd)} failed: {tail[0]}", file=log or sys.stderr)
+                    continue
+                return None, f"building {venv} failed at `{' '.join(cmd)}`: {tail[0]}"
+        point_scripts_at(build, venv)
+        (build / ".lerobot-ready").write_text(f"built in {time.perf_counter() - t:.0f} s\n")
+        try:
+            build.rename(venv)
+        except OSError:  # another process finished the same venv first
+            if not venv_ready(venv):
+                raise
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
     return venv / "bin" / "python", ""
 
 

@@ -1,3 +1,4 @@
+import hashlib
 import os
 import signal
 import subprocess
@@ -8,18 +9,26 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "robo_rl"
+"""What the tests build once per machine and reuse from any clone: side venvs, Warp's compiled kernels."""
+
+# Warp's kernels (cached by a hash of their source and Warp's version) outlive the clone as well: a rerun on this
+# machine loads them in seconds instead of compiling for minutes (robo_rl.sim.mjmodel.configure_warp reads this;
+# the tests' subprocesses inherit it).
+os.environ.setdefault("ROBO_RL_WARP_CACHE", str(USER_CACHE / "warp"))
 
 
-def shared_venv(name: str, env_var: str) -> Path:
-    """$env_var, else the folder `name` in the main checkout (one second venv shared by its git worktrees)."""
+def cached_venv(name: str, pins: bytes, env_var: str) -> Path:
+    """$env_var, else `USER_CACHE/venvs/<name>-<sha256 of pins, 12 hex>` (~/.cache/robo_rl/venvs/...).
+
+    Outside the clone, so a rerun on the same machine (another clone, a worktree, the next CI run) reuses a side
+    venv instead of building it again; keyed by the pinned versions it is built from, so a change of pins builds a
+    new one. The builders (scripts/setup_mjlab.sh, scripts/lerobot_check.py) build into a temporary folder and
+    rename it when complete, so a killed build is never taken for a venv.
+    """
     if os.environ.get(env_var):
         return Path(os.environ[env_var])
-    try:
-        common = subprocess.run(["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=REPO,
-                                capture_output=True, text=True, check=True).stdout.strip()
-        return Path(common).parent / name
-    except (OSError, subprocess.CalledProcessError):
-        return REPO / name
+    return USER_CACHE / "venvs" / f"{name}-{hashlib.sha256(pins).hexdigest()[:12]}"
 
 
 def load_script(name: str):
@@ -67,6 +76,19 @@ def sigkill_then_resume(cli, tmp_path: Path, train_args: list[str], *, iteration
     resumed = cli("train", "--resume", str(tmp_path / "killed"), "--max-iterations", str(iterations))
     assert resumed.returncode == 0, resumed.stderr
     return resumed
+
+
+@pytest.fixture(scope="session")
+def reach_demos_50(tmp_path_factory) -> Path:
+    """50 scripted-expert arm-reach episodes recorded with action noise 0.2 by `robo-rl record` (25 worlds, seed 0):
+    one LeRobot v3 dataset, recorded once per session, that the BC and flow-BC learning checks train from (read
+    only). It is the dataset the flow-BC check recorded for itself before (BC's recorded 50 worlds at once)."""
+    root = tmp_path_factory.mktemp("demos") / "reach50"
+    rec = run_cli("record", "--task", "arm-reach", "--expert", "--episodes", "50", "--noise", "0.2", "--num-envs",
+                  "25", "--out", str(root))
+    assert rec.returncode == 0, rec.stderr
+    assert "50 episodes" in rec.stdout, rec.stdout
+    return root
 
 
 @pytest.fixture

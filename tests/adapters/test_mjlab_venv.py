@@ -1,9 +1,10 @@
 """The adapter tests on mjlab's CPU device, in mjlab's own venv (mjlab pins mujoco 3.11; ours is mujoco 4).
 
-`scripts/setup_mjlab.sh` builds `.venv-mjlab` beside the main checkout's `.venv` the first time (~1 min,
-~2.5 GB; ROBO_RL_MJLAB_VENV overrides the path) and reuses it after; tests/adapters/test_isaaclab_adapter.py then
+`scripts/setup_mjlab.sh` builds the venv the first time (~1 min, ~2.5 GB) in
+~/.cache/robo_rl/venvs/mjlab-<hash of constraints-mjlab.txt> (tests.conftest.cached_venv; ROBO_RL_MJLAB_VENV
+overrides the path) and reuses it after, from any clone; tests/adapters/test_isaaclab_adapter.py then
 runs there with this checkout first on the path, and every mjlab test in it must pass (none skipped).
-Warp's compiled kernels are cached in `.cache/warp/` (ignored by git).
+Warp's compiled kernels are cached in ~/.cache/robo_rl/warp/mjlab (tests.conftest sets ROBO_RL_WARP_CACHE).
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import shared_venv
+from tests.conftest import cached_venv
 from tests.test_benchmarks import TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow  # building the venv the first time takes about a minute
+pytestmark = pytest.mark.slow  # building the venv the first time on a machine takes about a minute
 
 
 def _venv_path() -> Path:
-    return shared_venv(".venv-mjlab", "ROBO_RL_MJLAB_VENV")
+    return cached_venv("mjlab", (REPO / "constraints-mjlab.txt").read_bytes(), "ROBO_RL_MJLAB_VENV")
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_the_adapter_tests_pass_with_mjlab_on_the_cpu(mjlab_venv):
 def test_bench_adapter_prints_its_target(mjlab_venv):
     """scripts/bench_adapter.py (our adapter vs mjlab's rsl_rl wrapper) runs and ends with its TARGET line."""
     venv, env = mjlab_venv
-    run = subprocess.run([str(venv / "bin" / "python"), str(REPO / "scripts" / "bench_adapter.py"), "--quick"],
+    run = subprocess.run([str(venv / "bin" / "python"), str(REPO / "scripts" / "bench_adapter.py"), "--smoke"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     targets = [line for line in run.stdout.splitlines() if line.startswith("TARGET")]

@@ -1,10 +1,10 @@
 """A dataset written by our DatasetWriter loads with LeRobot's own loader (`lerobot-dataset`, LeRobotDataset).
 
 LeRobot needs its own torch, torchvision, torchcodec and an older PyAV, so it runs in a second virtualenv,
-`.venv-lerobot` beside the main checkout's `.venv` (ROBO_RL_LEROBOT_VENV overrides the path); it is built on
-first use by `scripts/lerobot_check.py`'s `ensure_venv` (~1.5 min, ~5.6 GB, the install steps are there) and
-reused after. `scripts/lerobot_check.py` runs inside it and prints what LeRobot read; these tests compare that
-with what we wrote and with our own DatasetReader.
+~/.cache/robo_rl/venvs/lerobot-<hash of its pins> (tests.conftest.cached_venv; ROBO_RL_LEROBOT_VENV overrides the
+path); it is built on first use on a machine by `scripts/lerobot_check.py`'s `ensure_venv` (~1.5 min, ~5.6 GB, the
+install steps are there) and reused after, from any clone. `scripts/lerobot_check.py` runs inside it and prints
+what LeRobot read; these tests compare that with what we wrote and with our own DatasetReader.
 
 Skips, with the reason: the venv could not be built; LeRobot's loader cannot be imported; its videos do not
 decode on this machine (then the numerics are still checked).
@@ -22,7 +22,7 @@ import pytest
 from robo_rl.demos.dataset_metadata import camera, scalar, vector
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.dataset_writer import DatasetWriter
-from tests.conftest import load_script, shared_venv
+from tests.conftest import cached_venv, load_script
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "scripts" / "lerobot_check.py"
@@ -31,7 +31,7 @@ LENGTHS = (40, 33, 47)  # unequal: each episode starts at its own offset in the 
 CAMERAS = {"observation.images.scene": (64, 64), "observation.images.wrist": (48, 80)}
 TASKS = ("reach the red cube", "push the door")
 
-pytestmark = pytest.mark.slow  # building the LeRobot venv the first time takes ~1.5 min
+pytestmark = pytest.mark.slow  # building the LeRobot venv the first time on a machine takes ~1.5 min
 
 
 def _check_module():
@@ -39,7 +39,7 @@ def _check_module():
 
 
 def _venv_path() -> Path:
-    return shared_venv(".venv-lerobot", "ROBO_RL_LEROBOT_VENV")
+    return cached_venv("lerobot", _check_module().venv_pins(), "ROBO_RL_LEROBOT_VENV")
 
 
 def _image(key: str, t: int) -> np.ndarray:

@@ -39,11 +39,10 @@ def reach_from_home(session, num_targets: int) -> np.ndarray:
     return np.array(distances)
 
 
-def test_flow_bc_reach_policy_on_the_twin_succeeds_as_in_simulation(tmp_path):
-    demos, runs = tmp_path / "demos", tmp_path / "runs"
-    assert cli.main(["record", "--task", "arm-reach", "--expert", "--episodes", "50", "--noise", "0.2",
-                     "--num-envs", "25", "--out", str(demos)]) == 0
-    assert cli.main(["train", "--task", "arm-reach", "--algo", "flow-bc", "--dataset", str(demos),
+def test_flow_bc_reach_policy_on_the_twin_succeeds_as_in_simulation(reach_demos_50, tmp_path):
+    """Flow-BC from the 50 noisy expert demonstrations (tests.conftest.reach_demos_50, shared with BC's check)."""
+    runs = tmp_path / "runs"
+    assert cli.main(["train", "--task", "arm-reach", "--algo", "flow-bc", "--dataset", str(reach_demos_50),
                      "--max-iterations", "100", "--set", f"runner.log_dir={runs}", "--set", "runner.eval_episodes=0",
                      "--run-name", "flow", "--set", "runner.progress_bar=false",
                      "--set", "policy.horizon=2", "--set", "policy.execute_steps=2"]) == 0

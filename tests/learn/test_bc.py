@@ -83,13 +83,9 @@ def test_bc_update_lowers_the_action_error(reach_demos):
 
 
 @pytest.mark.slow
-def test_bc_on_50_expert_demos_reaches_80_percent_success(cli, tmp_path):
+def test_bc_on_50_expert_demos_reaches_80_percent_success(reach_demos_50, cli, tmp_path):
     """The issue's bar: 50 scripted-expert arm-reach demos (recorded with --noise 0.2), BC preset, >= 80 %."""
-    demos = tmp_path / "reach50"
-    rec = cli("record", "--task", "arm-reach", "--expert", "--episodes", "50", "--noise", "0.2", "--num-envs", "50",
-              "--out", str(demos))
-    assert rec.returncode == 0, rec.stderr
-    done = cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(demos), "--run-name", "bc",
+    done = cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(reach_demos_50), "--run-name", "bc",
                "--set", f"runner.log_dir={tmp_path}")
     assert done.returncode == 0, done.stderr
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("evaluation:"))

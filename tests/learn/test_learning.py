@@ -1,4 +1,9 @@
-"""Short learning checks: a broken PPO, task or runner fails these (marked slow)."""
+"""Short learning checks: a broken PPO, task or runner fails these (marked slow).
+
+One check per algorithm family, each about a minute or less on 2 cores: PPO here; SAC in test_sac_learning.py,
+BC in test_bc.py, flow-BC in tests/deploy/test_flow_deploy.py. Longer runs are benchmarks: the full quick start
+and PPO beside rsl_rl (scripts/bench_ppo.py --learning), PPO and SAC on quadruped-walk-flat
+(scripts/bench_sac_locomotion.py), ReinFlow after flow-BC (scripts/bench_reinflow.py)."""
 
 import math
 
@@ -39,47 +44,32 @@ def mean_of(history, key, iterations):
     return sum(values) / len(values)
 
 
-@pytest.mark.slow
-def test_arm_reach_learns_to_reach(tmp_path):
-    history = train(
-        "arm-reach",
-        ["sim.num_envs=256", "runner.max_iterations=70", "policy.actor_hidden_dims=[128, 128]",
-         "policy.critic_hidden_dims=[128, 128]", "algo.entropy_coef=0.005"],
-        tmp_path,
-    )
-    first = mean_of(history, "Metrics/ee_distance_final", lambda h: h[:5])
-    last = mean_of(history, "Metrics/ee_distance_final", lambda h: h[-5:])
-    assert first > 0.2  # an untrained arm ends far from its targets
-    assert last < 0.06, f"final end-effector distance {last:.3f} m after a short budget"
-
-
-@pytest.mark.slow
-def test_quadruped_tracking_reward_rises(cli, tmp_path):
-    """The README's quadruped command on a short budget: the velocity-tracking reward rises, no NaN."""
-    result = cli(
-        "train", "--task", "quadruped-walk-flat", "--max-iterations", "100",
-        "--run-name", "quad", "--set", f"runner.log_dir={tmp_path}", "--set", "runner.eval_episodes=0",
-    )
-    assert result.returncode == 0, result.stderr
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(tmp_path / "quad"), size_guidance={"scalars": 0})
-    acc.Reload()
-    values = [e.value for e in acc.Scalars("Episode_Reward/track_lin_vel_xy")]
-    losses = [e.value for e in acc.Scalars("Loss/value_loss")]
-    assert len(losses) == 100 and all(math.isfinite(v) for v in losses)
-    # A robot that stands still already earns ~0.33 per second from small commands; walking earns up to 1.
-    first, last = sum(values[:10]) / 10, sum(values[-10:]) / 10
-    assert last > 1.4 * first and last > 0.45, f"tracking reward per second {first:.3f} -> {last:.3f}"
+QUICK_START_ITERATIONS = 60
+"""Of the quick start's 200: measured here (seed 0) training distance 0.34 -> 0.022 m, evaluation 0.0106 m, success
+1.00. The full 200 iterations are scripts/bench_ppo.py --learning's (the same preset, 64 evaluation episodes)."""
 
 
 @pytest.mark.slow
 def test_quick_start_reaches_within_3cm(cli, tmp_path):
-    """The README's quick-start training command, unchanged: the evaluation ends within 3 cm."""
-    result = cli("train", "--task", "arm-reach", "--video", cwd=tmp_path, timeout=1200)
+    """PPO's learning check: the README's quick-start training command (`robo-rl train --task arm-reach --video`,
+    its preset of 512 worlds) on 60 iterations: an untrained arm ends far from its targets, the training distance
+    falls below 6 cm, and the evaluation ends within 3 cm with >= 90 % success and a video."""
+    result = cli("train", "--task", "arm-reach", "--video", "--max-iterations", str(QUICK_START_ITERATIONS),
+                 "--set", "runner.progress_bar=false", cwd=tmp_path, timeout=1200)
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("evaluation:"))
     fields = dict(part.rsplit(" ", 1) for part in line.split(" | ")[1:])
     assert float(fields["ee_distance_final"]) < 0.03, line
     assert float(fields["success"]) >= 0.9, line
     assert list(tmp_path.glob("runs/arm-reach_*/videos/*.mp4"))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    (run,) = tmp_path.glob("runs/arm-reach_*")
+    acc = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    acc.Reload()
+    distances = [e.value for e in acc.Scalars("Metrics/ee_distance_final")]  # one per iteration
+    losses = [e.value for e in acc.Scalars("Loss/value_loss")]
+    assert len(losses) == QUICK_START_ITERATIONS and all(math.isfinite(v) for v in losses)
+    first, last = sum(distances[:5]) / 5, sum(distances[-5:]) / 5
+    assert first > 0.2  # an untrained arm ends far from its targets
+    assert last < 0.06, f"final end-effector distance {last:.3f} m after a short budget"

@@ -67,6 +67,7 @@ def main() -> None:
     import torch
     from mjlab.rl import RslRlVecEnvWrapper
 
+    import robo_rl.adapters  # noqa: F401  (registers the mjlab: task names)
     from robo_rl.tasks.task_registry import make_env
 
     warnings.filterwarnings("ignore", message=".*does not return the observation before an auto-reset")

@@ -66,6 +66,9 @@ class ObservationBuilder:
         self._index: np.ndarray | None = None  # state index of each policy joint
         # Past values of terms with history > 1, (history - 1, dim) oldest first; None until the first build.
         self._past: dict[str, np.ndarray] | None = None
+        # The contract's term names and registry records, resolved once (not on every control tick).
+        self._wanted = tuple(t.name for t in contract.observation)
+        self._records = {n: OBSERVATION_TERMS.get(n) for n in self._wanted if n in OBSERVATION_TERMS}
 
     def reset(self) -> None:
         """Forget the observation history: the next `build` fills it with its own values (as a sim reset does)."""
@@ -115,7 +118,7 @@ class ObservationBuilder:
         sources = self.sources(state, commands=commands, action=action)
         out = {}
         for name in OBSERVATION_TERMS.names() if names is None else names:
-            record = OBSERVATION_TERMS.get(name) if name in OBSERVATION_TERMS else None
+            record = self._records.get(name) or (OBSERVATION_TERMS.get(name) if name in OBSERVATION_TERMS else None)
             if record is not None and record.numpy is not None and all(k in sources for k in record.inputs):
                 out[name] = record.numpy(*(sources[k] for k in record.inputs))
         return out
@@ -126,7 +129,7 @@ class ObservationBuilder:
         A term with history h contributes its last h values, oldest first, as the sim side stacks them;
         call once per control step (each call advances the history) and `reset` when a new episode starts.
         """
-        values = self.terms(state, commands=commands, action=action, names=[t.name for t in self.contract.observation])
+        values = self.terms(state, commands=commands, action=action, names=self._wanted)
         first = self._past is None
         if first:
             self._past = {}

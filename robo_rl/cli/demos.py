@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from robo_rl.core.config import UserError
 
@@ -128,13 +130,11 @@ def cmd_dataset(args: argparse.Namespace) -> int:
     from robo_rl.demos.mp4_writer import write_mp4
 
     if args.dataset_command in ("to-rosbag", "from-rosbag"):
-        from robo_rl.demos import rosbag  # rosbags (optional)
-
         try:
             if args.dataset_command == "to-rosbag":
-                print(rosbag.cmd_to_rosbag(args.path, args.out, args.episodes, args.storage))
+                print(dataset_to_rosbag(args.path, args.out, args.episodes, args.storage))
             else:
-                print(rosbag.cmd_from_rosbag(args.bag, args.mapping, args.out))
+                print(dataset_from_rosbag(args.bag, args.mapping, args.out))
         except ValueError as exc:
             raise UserError(f"dataset {args.dataset_command}: {exc}") from None
         return 0
@@ -173,3 +173,56 @@ def cmd_dataset(args: argparse.Namespace) -> int:
         shown = f" ({', '.join(map(str, names[:4]))}{', ...' if len(names) > 4 else ''})" if names else ""
         print(f"  {key:<32} {spec['dtype']:<8} {spec['shape']}{shown}")
     return 0
+
+
+# ---------------------------------------------------------------------------------------------- rosbag2
+MAPPING_FILE = "robo_rl_mapping.yaml"
+"""`dataset to-rosbag` writes the import mapping of the bag into the bag folder under this name."""
+
+
+def parse_episodes(text: str | Sequence[int] | None) -> list[int] | None:
+    """None, a list of ints, or "0,2,5-7" -> episode indices (None: all); ValueError (one line) otherwise."""
+    if text is None or isinstance(text, (list, tuple)):
+        return None if text is None else [int(e) for e in text]
+    out: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ValueError(f"--episodes {text!r}: expected indices like 0,2,5-7")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ValueError(f"--episodes {text!r}: range {part} runs backwards")
+        out.extend(range(lo, hi + 1))
+    return out
+
+
+def dataset_to_rosbag(dataset: str | Path, out: str | Path, episodes: str | Sequence[int] | None = None,
+                      storage: str = "mcap") -> str:
+    """`robo-rl dataset to-rosbag`: export, and write the import mapping as <out>/robo_rl_mapping.yaml.
+
+    Returns:
+        The one summary line printed.
+    """
+    from robo_rl.demos.rosbag_export import dataset_mapping, dataset_to_bag  # rosbags, pyarrow (optional)
+
+    report = dataset_to_bag(dataset, out, episodes=parse_episodes(episodes), storage=storage)
+    mapping_path = Path(out) / MAPPING_FILE
+    mapping_path.write_text(yaml.safe_dump(dataset_mapping(dataset), sort_keys=False))
+    return (f"wrote {report['episodes']} episodes ({report['frames']} frames, {report['duration_s']:.1f} s) of "
+            f"{dataset} to {out} ({storage}, topics {', '.join(sorted(report['topics']))}); import mapping "
+            f"{mapping_path}")
+
+
+def dataset_from_rosbag(bag: str | Path, mapping_yaml_path: str | Path, out: str | Path) -> str:
+    """`robo-rl dataset from-rosbag`: import with a YAML mapping (its fps is the dataset rate).
+
+    Returns:
+        The one summary line printed.
+    """
+    from robo_rl.demos.rosbag_import import bag_to_dataset  # rosbags, pyarrow (optional)
+
+    report = bag_to_dataset(bag, out, mapping_yaml_path)
+    extra = f"; {report['skipped']} frames skipped before every stream started" if report["skipped"] else ""
+    extra += f"; {report['empty']} episodes had no complete frame" if report["empty"] else ""
+    return f"imported {report['episodes']} episodes ({report['frames']} frames) from {bag} into {out}{extra}"

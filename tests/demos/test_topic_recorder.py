@@ -10,7 +10,7 @@ import pytest
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.demos.recorder import robot_features
-from robo_rl.demos.rosbag import message_types
+from robo_rl.demos.rosbag_format import message_types
 from robo_rl.demos.topic_recorder import TopicRecorder
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import load_hardware

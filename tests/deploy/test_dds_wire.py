@@ -14,7 +14,7 @@ rosbags_typesys = pytest.importorskip("rosbags.typesys", reason="needs rosbags (
 
 import cyclonedds.pub  # noqa: E402
 
-from robo_rl.demos.rosbag import message_types  # noqa: E402
+from robo_rl.demos.rosbag_format import message_types  # noqa: E402
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402

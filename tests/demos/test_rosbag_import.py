@@ -1,5 +1,5 @@
-"""rosbag2 export and import: dataset -> bag -> dataset round trips (MCAP, sqlite3), a hand-written bag
-resampled by holding the last value (shuffled and extra joints, a slower camera), one-line mapping errors."""
+"""rosbag2 import (robo_rl.demos.rosbag_import, rosbag_mapping): a hand-written bag resampled by holding the last
+value (shuffled and extra joints, a slower camera), episodes from events, one-line mapping errors, image decoding."""
 
 from __future__ import annotations
 
@@ -13,110 +13,14 @@ cv2 = pytest.importorskip("cv2", reason="needs opencv-python-headless")
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer  # noqa: E402
 from rosbags.typesys import Stores, get_typestore  # noqa: E402
 
-from robo_rl.demos import rosbag as rb  # noqa: E402
-from robo_rl.demos.dataset_metadata import camera, scalar, vector  # noqa: E402
+from robo_rl.cli.demos import dataset_from_rosbag  # noqa: E402
 from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
-from robo_rl.demos.dataset_writer import DatasetWriter  # noqa: E402
 from robo_rl.demos.errors import DatasetError  # noqa: E402
+from robo_rl.demos.rosbag_format import COMPRESSED_IMAGE, RAW_IMAGE, message_types  # noqa: E402
+from robo_rl.demos.rosbag_import import bag_to_dataset, decode_image  # noqa: E402
+from robo_rl.demos.rosbag_mapping import FeatureSource  # noqa: E402
 from robo_rl.deploy import ros_interface as ri  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
-
-FPS = 20
-JOINTS = ["shoulder", "elbow", "wrist"]
-H, W = 32, 48
-FEATURES = {
-    "observation.state": vector(JOINTS),
-    "observation.velocity": vector(JOINTS),
-    "action": vector(JOINTS),
-    "next.reward": scalar(),
-    "next.done": scalar("bool"),
-    "observation.images.front": camera(H, W, FPS),
-}
-LENGTHS = [5, 8, 6]
-
-
-def _image(episode: int, i: int) -> np.ndarray:
-    y, x = np.mgrid[0:H, 0:W]
-    img = np.stack([128 + 60 * np.sin(x / 8 + i / 3), 128 + 60 * np.cos(y / 6 + episode), np.full(x.shape, 90.0)], -1)
-    return img.round().astype(np.uint8)
-
-
-@pytest.fixture(scope="module")
-def dataset(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rosbag") / "src"
-    rng = np.random.default_rng(3)
-    with DatasetWriter(root, fps=FPS, features=FEATURES, robot_type="arm") as w:
-        for e, length in enumerate(LENGTHS):
-            for i in range(length):
-                w.add_frame({"observation.state": rng.normal(size=3).astype(np.float32),
-                             "observation.velocity": rng.normal(size=3).astype(np.float32),
-                             "action": rng.normal(size=3).astype(np.float32),
-                             "next.reward": np.float32(rng.normal()), "next.done": i == length - 1,
-                             "observation.images.front": _image(e, i)}, task=f"task {e % 2}")
-            w.end_episode()
-    return root
-
-
-def _episodes_equal(src: DatasetReader, dst: DatasetReader, order: list[int]) -> None:
-    assert dst.num_episodes == len(order)
-    assert dst.fps == src.fps
-    for j, i in enumerate(order):
-        a, b = src.episode(i), dst.episode(j)
-        assert len(b["index"]) == LENGTHS[i]
-        for key in ("observation.state", "observation.velocity", "action", "next.reward", "next.done"):
-            assert b[key].dtype == a[key].dtype, key
-            np.testing.assert_array_equal(b[key], a[key], err_msg=key)  # float32 -> float64 -> float32: exact
-        diff = np.abs(b["observation.images.front"].astype(int) - a["observation.images.front"].astype(int))
-        assert diff.mean() < 3.0 and np.percentile(diff, 99) < 16, (diff.mean(), diff.max())
-        assert dst.meta.episodes[j]["tasks"] == src.meta.episodes[i]["tasks"]
-    for key in ("observation.state", "action"):
-        assert dst.features[key]["names"] == JOINTS
-
-
-@pytest.mark.parametrize("storage", ["mcap", "sqlite3"])
-def test_round_trip_through_a_bag(dataset, tmp_path, storage):
-    bag, out = tmp_path / "bag", tmp_path / "imported"
-    if storage == "mcap":  # the CLI glue: JPEG, the mapping written into the bag folder, one-line summaries
-        line = rb.cmd_to_rosbag(dataset, bag, None, storage)
-        assert "\n" not in line and "3 episodes" in line and "19 frames" in line
-        line = rb.cmd_from_rosbag(bag, bag / rb.MAPPING_FILE, out)
-        assert "\n" not in line and "3 episodes (19 frames)" in line
-    else:
-        report = rb.dataset_to_bag(dataset, bag, storage=storage, image_format="png")
-        assert report["episodes"] == 3 and report["frames"] == sum(LENGTHS)
-        assert rb.bag_to_dataset(bag, out, rb.dataset_mapping(dataset))["skipped"] == 0
-    suffix = ".mcap" if storage == "mcap" else ".db3"
-    assert any(p.suffix == suffix for p in bag.iterdir())
-    with Reader(bag) as r:
-        types = {c.topic: c.msgtype for c in r.connections}
-        counts = {c.topic: c.msgcount for c in r.connections}
-        ts = get_typestore(Stores.ROS2_HUMBLE)
-        events = [ts.deserialize_cdr(d, c.msgtype).data for c, _, d in r.messages()
-                  if c.topic == rb.EPISODE_TOPIC]
-    assert types == {"/joint_states": ri.JOINT_STATE, "/joint_commands": ri.FLOAT64_MULTI_ARRAY,
-                     "/front/image/compressed": rb.COMPRESSED_IMAGE, "/robo_rl/episode": ri.STRING,
-                     "/robo_rl/feature/next/reward": ri.FLOAT64_MULTI_ARRAY,
-                     "/robo_rl/feature/next/done": ri.FLOAT64_MULTI_ARRAY}
-    assert counts["/joint_states"] == counts["/front/image/compressed"] == sum(LENGTHS)
-    assert events == ["start 0 task 0", "end 0", "start 1 task 1", "end 1", "start 2 task 0", "end 2"]
-    _episodes_equal(DatasetReader(dataset), DatasetReader(out), [0, 1, 2])
-
-
-def test_chosen_episodes_in_the_given_order(dataset, tmp_path):
-    bag, out = tmp_path / "bag", tmp_path / "imported"
-    rb.dataset_to_bag(dataset, bag, episodes=[2, 0])
-    mapping = {**rb.dataset_mapping(dataset), "task": "renamed"}
-    rb.bag_to_dataset(bag, out, mapping)
-    dst = DatasetReader(out)
-    assert [e["length"] for e in dst.meta.episodes] == [LENGTHS[2], LENGTHS[0]]
-    assert dst.meta.tasks == ["renamed"]
-    src = DatasetReader(dataset)
-    np.testing.assert_array_equal(dst.episode(0)["action"], src.episode(2)["action"])
-    with pytest.raises(DatasetError, match="episode\\(s\\) 7: the dataset has 3 episodes"):
-        rb.dataset_to_bag(dataset, tmp_path / "bag2", episodes=[7])
-    with pytest.raises(DatasetError, match="exists"):
-        rb.dataset_to_bag(dataset, bag)
-
 
 # ---------------------------------------------------------------------------------------------- a hand-written bag
 BAG_JOINTS = ["c", "extra", "a", "d", "b"]  # shuffled, with a joint the dataset does not have
@@ -138,7 +42,7 @@ def _level(j: int) -> int:
 
 def write_hand_bag(path, command: str, storage=StoragePlugin.MCAP) -> None:
     ts = get_typestore(Stores.ROS2_HUMBLE)
-    types = rb.message_types(ts)
+    types = message_types(ts)
     cmd_type = ri.JOINT_TRAJECTORY if command == "trajectory" else ri.FLOAT64_MULTI_ARRAY
     cmd_names = ["d", "b", "a", "c"]
     msgs = []
@@ -165,9 +69,9 @@ def write_hand_bag(path, command: str, storage=StoragePlugin.MCAP) -> None:
     for j, t in enumerate(CAM_NS):
         img = np.full((60, 80, 3), _level(j), np.uint8)  # resized to 32 x 48 on import
         ok, buf = cv2.imencode(".png", img)
-        msg = ts.types[rb.COMPRESSED_IMAGE](header=rm.make_header(types, t * 1e-9, "wrist"), format="png",
+        msg = ts.types[COMPRESSED_IMAGE](header=rm.make_header(types, t * 1e-9, "wrist"), format="png",
                                            data=np.frombuffer(buf.tobytes(), np.uint8))
-        msgs.append((t, "/wrist/image/compressed", rb.COMPRESSED_IMAGE, msg))
+        msgs.append((t, "/wrist/image/compressed", COMPRESSED_IMAGE, msg))
     msgs.sort(key=lambda m: m[0])
     with Writer(path, version=9, storage_plugin=storage) as w:
         conns = {}
@@ -196,7 +100,7 @@ def test_hand_written_bag_resampled_by_holding_the_last_value(tmp_path, command)
     mapping = hand_mapping()
     if command == "pd_targets":
         mapping["features"]["action"]["names"] = PD_NAMES  # an unlabelled array: in this order
-    report = rb.bag_to_dataset(bag, out, mapping)
+    report = bag_to_dataset(bag, out, mapping)
     # grid 0, 20, ..., 980 ms (first to last mapped message); 0 ms comes before any state and image
     assert report == {"episodes": 1, "frames": 49, "skipped": 1, "empty": 0}
     ds = DatasetReader(out)
@@ -228,7 +132,7 @@ def test_a_start_without_an_end_and_a_sqlite3_bag(tmp_path):
         w.write(ev, 500 * MS, ts.serialize_cdr(ts.types[ri.STRING](data="start 1 second"), ri.STRING))
         for c, t, d in r.messages():
             w.write(conns[c.topic], t, d)
-    report = rb.bag_to_dataset(bag2, tmp_path / "ds", {**hand_mapping(), "task": None, "episodes": {"topic": "/ev"}})
+    report = bag_to_dataset(bag2, tmp_path / "ds", {**hand_mapping(), "task": None, "episodes": {"topic": "/ev"}})
     assert report["episodes"] == 2
     ds = DatasetReader(tmp_path / "ds")
     assert [e["length"] for e in ds.meta.episodes] == [20, 25]  # 100..480 ms, 500..980 ms
@@ -282,7 +186,7 @@ BAD = [
 @pytest.mark.parametrize("mapping,expected", BAD, ids=[e for _, e in BAD])
 def test_bad_mappings_fail_in_one_line_naming_what_is_missing(hand_bag, tmp_path, mapping, expected):
     with pytest.raises(DatasetError) as info:
-        rb.bag_to_dataset(hand_bag, tmp_path / "ds", mapping)
+        bag_to_dataset(hand_bag, tmp_path / "ds", mapping)
     assert expected in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "ds").exists()  # checked before anything is written
 
@@ -290,32 +194,32 @@ def test_bad_mappings_fail_in_one_line_naming_what_is_missing(hand_bag, tmp_path
 def test_mapping_from_yaml_and_a_missing_bag(hand_bag, tmp_path):
     path = tmp_path / "map.yaml"
     path.write_text(yaml.safe_dump(hand_mapping()))
-    assert "1 episodes (49 frames)" in rb.cmd_from_rosbag(hand_bag, path, tmp_path / "ds")
+    assert "1 episodes (49 frames)" in dataset_from_rosbag(hand_bag, path, tmp_path / "ds")
     with pytest.raises(DatasetError, match="not a rosbag2 bag"):
-        rb.bag_to_dataset(tmp_path / "nothing", tmp_path / "ds2", hand_mapping())
+        bag_to_dataset(tmp_path / "nothing", tmp_path / "ds2", hand_mapping())
 
 
 @pytest.mark.parametrize("bad", [0, 2])  # 50 fps over 100 Hz images: 0, 2 and 4 are used
 def test_an_undecodable_image_fails_and_leaves_no_dataset(tmp_path, bad):
     """The first image is checked before the writer starts; a later one fails mid-way: the dataset is removed."""
     ts = get_typestore(Stores.ROS2_HUMBLE)
-    types = rb.message_types(ts)
+    types = message_types(ts)
     bag = tmp_path / "bag"
     with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as w:
         js = w.add_connection("/joint_states", ri.JOINT_STATE, typestore=ts)
-        cam = w.add_connection("/wrist/image/compressed", rb.COMPRESSED_IMAGE, typestore=ts)
+        cam = w.add_connection("/wrist/image/compressed", COMPRESSED_IMAGE, typestore=ts)
         for i in range(5):
             msg = rm.joint_state_message(types, ["a"], np.ones(1), np.ones(1), None, i * 0.01)
             w.write(js, i * 10 * MS, ts.serialize_cdr(msg, ri.JOINT_STATE))
             data = b"not a jpeg" if i == bad else cv2.imencode(".jpg", np.zeros((16, 16, 3), np.uint8))[1].tobytes()
-            img = ts.types[rb.COMPRESSED_IMAGE](header=rm.make_header(types, i * 0.01), format="jpeg",
+            img = ts.types[COMPRESSED_IMAGE](header=rm.make_header(types, i * 0.01), format="jpeg",
                                                data=np.frombuffer(data, np.uint8))
-            w.write(cam, i * 10 * MS, ts.serialize_cdr(img, rb.COMPRESSED_IMAGE))
+            w.write(cam, i * 10 * MS, ts.serialize_cdr(img, COMPRESSED_IMAGE))
     mapping = {"fps": 50, "joints": ["a"], "features": {
         "observation.state": {"topic": "/joint_states"},
         "observation.images.wrist": {"topic": "/wrist/image/compressed", "height": 16, "width": 16}}}
     with pytest.raises(DatasetError, match=f"/wrist/image/compressed at 0.0{bad}0 s: the image .* could not be"):
-        rb.bag_to_dataset(bag, tmp_path / "ds", mapping)
+        bag_to_dataset(bag, tmp_path / "ds", mapping)
     assert not (tmp_path / "ds").exists()
 
 
@@ -329,9 +233,9 @@ def test_raw_images_decode_to_rgb(encoding):
     step = data.shape[1] * data.shape[2] + 2  # rows padded
     padded = np.zeros((4, step), np.uint8)
     padded[:, : data.shape[1] * data.shape[2]] = data.reshape(4, -1)
-    msg = ts.types[rb.RAW_IMAGE](header=rm.make_header(rb.message_types(ts), 0.0), height=4, width=6,
+    msg = ts.types[RAW_IMAGE](header=rm.make_header(message_types(ts), 0.0), height=4, width=6,
                                  encoding=encoding, is_bigendian=0, step=step, data=padded.reshape(-1))
-    src = rb._Source("observation.images.x", "/x", rb.RAW_IMAGE, None, None, "float32", None, height=4, width=6)
-    out = rb._decode_image(cv2, src, msg, 0)
+    src = FeatureSource("observation.images.x", "/x", RAW_IMAGE, None, None, "float32", None, height=4, width=6)
+    out = decode_image(cv2, src, msg, 0)
     expected = np.repeat(rgb[..., :1], 3, -1) if encoding == "mono8" else rgb
     np.testing.assert_array_equal(out, expected)

@@ -107,15 +107,17 @@ def _record_teleop(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from robo_rl.demos.replay import replay_episode  # pyarrow, PyAV (the demos extra)
+    from robo_rl.deploy.session import transport
 
     def confirm() -> bool:
         print("holding the episode's first pose: type start + Enter to replay (anything else stops)", flush=True)
         return sys.stdin.readline().strip() == "start"
 
     try:
+        rehearsal = transport(args.transport).rehearsal  # a real robot: the operator confirms on stdin
         out = replay_episode(args.dataset, args.episode, args.robot, realtime=args.realtime,
                              transport=args.transport, domain_id=args.domain_id,
-                             confirm=confirm if args.transport == "dds" else None)
+                             confirm=None if rehearsal else confirm)
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"replay: {exc}") from None
     gap = np.abs(out["q"][:-1] - out["recorded"][1:]).max(axis=1) if len(out["q"]) > 1 else np.zeros(1)

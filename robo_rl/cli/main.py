@@ -130,8 +130,9 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--episode", type=int, default=0)
     rp.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
     rp.add_argument("--realtime", action="store_true", help="at the recorded rate (default: as fast as possible)")
-    rp.add_argument("--transport", default="sim", choices=("sim", "dds"),
-                    help="sim: the twin in-process; dds: a robot or `robo-rl twin` (real time; the replay starts "
+    rp.add_argument("--transport", default="sim",
+                    help="how to reach the robot, a registered transport: sim (the MuJoCo twin, in-process) or dds "
+                         "(a real robot or `robo-rl twin`; on a real robot the replay runs in real time and starts "
                          "when the operator types start + Enter once the first pose is held)")
     rp.add_argument("--domain-id", type=int, default=0, help="dds transport: DDS domain (ROS_DOMAIN_ID)")
 

@@ -1,12 +1,16 @@
-"""Open-loop replay of a recorded episode's joint targets on the twin, always through the deploy core's safety filter.
+"""Open-loop replay of a recorded episode's joint targets on the twin or a robot, always through the deploy core's
+safety filter.
 
-`replay_episode` loads the hardware file, connects the sim twin, ramps it (RAMP, through the filter) to
-the episode's first recorded joint positions, then runs POLICY with a `ReplayPolicy` that sends one
-recorded target per tick at the dataset's rate; every command passes the safety filter (limits,
-velocity and torque guards), as a policy's would. Targets are the dataset's `command.joint_position`
-(sim expert recordings) or its `action` (robot recordings, where the action is the commanded
-target), matched to the robot's joints by name. Gains are the recording's deploy contract's when the
-dataset carries one (`info.json` "robo_rl"), else the hardware file's.
+`replay_episode` loads the hardware file, connects through a registered transport (the sim twin by default),
+ramps the robot (RAMP, through the filter) to the episode's first recorded joint positions, then runs POLICY
+with a `ReplayPolicy` that sends one recorded target per tick at the dataset's rate; every command passes the
+safety filter (limits, velocity and torque guards), as a policy's would. Targets are the dataset's
+`command.joint_position` (sim expert recordings) or its `action` (robot recordings, where the action is the
+commanded target), matched to the robot's joints by name. Gains are the recording's deploy contract's when the
+dataset carries one (`info.json` "robo_rl"), else the hardware file's. What a transport needs follows from its
+registry entry (`Transport.rehearsal`), never from its name: a rehearsal one (the twin) replays at once, as fast
+as possible unless asked for real time; a real robot replays in real time, from a fresh state, and only on the
+operator's confirmation.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from robo_rl.deploy.controller import Controller
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.runtime import wait_for_fresh_state
 from robo_rl.deploy.session import make_robot
+from robo_rl.deploy.session import transport as find_transport
 from robo_rl.deploy.state_machine import Mode
 
 
@@ -92,18 +97,23 @@ def episode_targets(reader: DatasetReader, episode: dict[str, np.ndarray]) -> tu
 def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, realtime: bool = False,
                    transport: str = "sim", domain_id: int = 0,
                    confirm: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """Replay episode `index` on the twin (transport "sim") or a robot over DDS ("dds", real time).
+    """Replay episode `index` through the registered transport `transport` (the twin "sim", a robot over "dds", ...).
 
-    On DDS the replay starts only when `confirm()` (the operator: the CLI waits for `start` typed on its
-    input) returns True once the robot holds the episode's first pose (READY); False stops. Returns
-    {"q": (T, D) joint positions after each tick, "recorded": (T, D) the episode's observation.state,
-    "interventions": safety-filter counts, "names": joints}.
+    On a real robot (a transport that is not a rehearsal) the replay runs in real time and starts only when
+    `confirm()` (the operator: the CLI waits for `start` typed on its input) returns True once the robot holds
+    the episode's first pose (READY); False stops. On a rehearsal transport `confirm` is asked only if given.
+
+    Returns:
+        {"q": (T, D) joint positions after each tick, "recorded": (T, D) the episode's observation.state,
+        "interventions": safety-filter counts, "names": joints}.
+
+    Raises:
+        ValueError: an unknown transport (one line naming the available ones), a real robot without `confirm`.
     """
-    if transport not in ("sim", "dds"):
-        raise ValueError(f"replay: transport {transport!r}: choose sim (the twin) or dds (a robot or `robo-rl twin`)")
-    if transport == "dds":
+    entry = find_transport(transport)
+    if not entry.rehearsal:
         if confirm is None:
-            raise ValueError("replay over dds needs the operator's confirmation (confirm=...)")
+            raise ValueError(f"replay over {transport} (a real robot) needs the operator's confirmation (confirm=...)")
         realtime = True
     reader = DatasetReader(dataset)
     ep = reader.episode(index, images=False)
@@ -120,10 +130,10 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
         policy = ReplayPolicy(targets, names, hw, kp, kd)
         start = np.empty(len(hw.joint_names))
         state_names = reader.features["observation.state"].get("names") or names
-        if transport == "dds":
-            first = wait_for_fresh_state(robot, 10.0, hw.safety.state_timeout_s, time.monotonic)
-        else:
+        if entry.rehearsal:
             first = robot.read_state()
+        else:  # a robot's first states may be late or stale
+            first = wait_for_fresh_state(robot, 10.0, hw.safety.state_timeout_s, time.monotonic)
         start[hw.index_of(first.joint_names)] = first.q
         start[hw.index_of(list(state_names))] = ep["observation.state"][0]
         clock = time.monotonic if realtime else (lambda: robot.time)

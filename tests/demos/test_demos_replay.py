@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
+import pytest
 
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.recorder import recording_wrapper
 from robo_rl.demos.replay import replay_episode
 from robo_rl.demos.sim_record import record_expert
+from robo_rl.deploy.robot import TRANSPORTS, Transport
 from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
+from robo_rl.deploy.transports.sim import connect_twin
 from tests.conftest import REPO
 
 PANDA = REPO / "hardware" / "panda.yaml"
@@ -88,4 +93,69 @@ def test_deploy_records_its_policy_ticks_and_they_replay(tmp_path, cli):
     # replay is checked by test_an_episode_recorded_on_the_twin_replays_to_the_same_states (1e-5).
     assert float(replay.stdout.split("max ")[1].split(" rad")[0]) < 0.05
     bad = cli("replay", str(tmp_path / "dep"), "--robot", str(PANDA), "--transport", "ros")
-    assert bad.returncode == 2 and "invalid choice: 'ros'" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
+    assert "replay: transport 'ros' is not available; choose from: " in bad.stderr, bad.stderr
+    assert {"sim", "dds"} <= set(bad.stderr.split("choose from: ")[1].strip().split(", "))
+
+
+# ---------------------------------------------------------------------------------------------- other transports
+class CountingLink:
+    """The MuJoCo twin behind a transport of this test's own, counting the commands it carries."""
+
+    def __init__(self, twin, used: Counter):
+        self.twin, self.used = twin, used
+
+    def read_state(self):
+        return self.twin.read_state()
+
+    def send_command(self, command):
+        self.used["commands"] += 1
+        self.twin.send_command(command)
+
+    def close(self):
+        self.twin.close()
+
+    @property
+    def time(self) -> float:
+        """Robot time (a fast-forward rehearsal's clock)."""
+        return self.twin.time
+
+
+def counting_transport(used: Counter, *, rehearsal: bool) -> Transport:
+    return Transport(connect=lambda hw, options: CountingLink(connect_twin(hw, options), used), rehearsal=rehearsal,
+                     help="a test's link to the twin")
+
+
+def test_a_transport_registered_here_replays_an_episode(tmp_path):
+    record_policy_on_twin(tmp_path / "rec", 60, [0.5, 0.1, 0.4])
+    used = Counter()
+    with TRANSPORTS.registered("test-link", counting_transport(used, rehearsal=True)):
+        out = replay_episode(tmp_path / "rec", 0, PANDA, transport="test-link")  # a rehearsal: no confirmation
+    gap = np.abs(out["q"][:-1] - out["recorded"][1:])
+    assert out["q"].shape == (60, 7) and gap.max() < 1e-5, gap.max()  # as exact as on the built-in twin
+    assert used["commands"] > 60  # RAMP, then one command per replayed tick, through this transport
+
+
+def test_a_real_robot_transport_replays_in_real_time_on_confirmation(tmp_path):
+    """Not a rehearsal: refused without the operator's confirmation; with it, asked once the first pose is held."""
+    record_policy_on_twin(tmp_path / "rec", 25, [0.5, 0.1, 0.4])
+    text = PANDA.read_text().replace("ramp_time_s: 3.0", "ramp_time_s: 0.5")  # a short soft start
+    hardware = tmp_path / "panda.yaml"
+    hardware.write_text(text.replace("state_timeout_s: 0.05", "state_timeout_s: 0.2"))  # 2 shared cores
+    used, asked = Counter(), []
+    with TRANSPORTS.registered("test-robot", counting_transport(used, rehearsal=False)):
+        with pytest.raises(ValueError, match="replay over test-robot \\(a real robot\\) needs the operator's"):
+            replay_episode(tmp_path / "rec", 0, hardware, transport="test-robot")
+        assert used["commands"] == 0  # refused before connecting
+        out = replay_episode(tmp_path / "rec", 0, hardware, transport="test-robot",
+                             confirm=lambda: asked.append(True) or True)
+    assert asked == [True] and out["q"].shape == (25, 7) and used["commands"] > 25
+
+
+def test_an_unknown_transport_is_one_line_naming_the_registered_ones(tmp_path):
+    with TRANSPORTS.registered("test-link", counting_transport(Counter(), rehearsal=True)):
+        with pytest.raises(ValueError) as info:
+            replay_episode(tmp_path / "none", 0, PANDA, transport="ros")
+    line = str(info.value)
+    assert "\n" not in line and line.startswith("transport 'ros' is not available; choose from: ")
+    assert {"sim", "dds", "test-link"} <= set(line.split("choose from: ")[1].split(", "))

@@ -307,4 +307,6 @@ class GymnasiumVecEnv:
         self.envs.close()
 
 
-TASKS.register_prefix(GYM_PREFIX, gym_task_entry, describes="gymnasium id")
+TASKS.register_prefix(GYM_PREFIX, gym_task_entry, describes="gymnasium id",
+                      help=f"any gymnasium env with Box observations and actions, e.g. {GYM_PREFIX}Hopper-v5; "
+                           f"{LIST_IDS_HINT}")

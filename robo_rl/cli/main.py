@@ -539,6 +539,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- tasks
 def cmd_tasks(_: argparse.Namespace) -> int:
+    import robo_rl.adapters  # noqa: F401  (the train extra, as below; registers the prefixes gym:, mjlab:, ...)
     from robo_rl.tasks.task_registry import TASKS, make_env
 
     for name in TASKS:
@@ -547,13 +548,10 @@ def cmd_tasks(_: argparse.Namespace) -> int:
         for line in task_summary(env):
             print(f"  {line}")
         env.close()
-    print("gym:<id>\n  any gymnasium env with Box observations and actions, e.g. gym:Hopper-v5 "
-          "(ids: python -c 'import gymnasium; gymnasium.pprint_registry()')")
-    print("mjlab:<id>\n  an mjlab task, e.g. mjlab:Mjlab-Velocity-Flat-Unitree-Go1, in .venv-mjlab (bash "
-          "scripts/setup_mjlab.sh; ids: .venv-mjlab/bin/python -c 'import mjlab.tasks; "
-          "from mjlab.tasks.registry import list_tasks; print(list_tasks())')")
-    print("isaaclab:<id>\n  an Isaac Lab 3 task, e.g. isaaclab:Isaac-Velocity-Flat-Unitree-Go1-v0, in Isaac Lab's "
-          "Python (docs/isaaclab.md)")
+    for prefix, what in TASKS.prefixes().items():  # whole families of names, each described where it is registered
+        print(f"{prefix}<{what}>")
+        if TASKS.prefix_help(prefix):
+            print(f"  {TASKS.prefix_help(prefix)}")
     return 0
 
 

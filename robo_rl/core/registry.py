@@ -36,7 +36,7 @@ class Registry(Generic[T]):
         self.field = field
         self.entry_type = entry_type
         self._entries: dict[str, T] = {}
-        self._prefixes: dict[str, tuple[Callable[[str], T], str]] = {}  # prefix -> (resolver, what the rest is)
+        self._prefixes: dict[str, tuple[Callable[[str], T], str, str]] = {}  # prefix -> (resolver, describes, help)
         self._default: str | None = None
 
     def register(self, name: str, entry: T, *, default: bool = False) -> T:
@@ -59,13 +59,19 @@ class Registry(Generic[T]):
             self._default = name
         return entry
 
-    def register_prefix(self, prefix: str, resolver: Callable[[str], T], *, describes: str) -> None:
-        """Resolve every name `prefix + rest` with `resolver(rest)`; `describes` says what rest is, for messages."""
+    def register_prefix(self, prefix: str, resolver: Callable[[str], T], *, describes: str, help: str = "") -> None:
+        """Resolve every name `prefix + rest` with `resolver(rest)`.
+
+        Args:
+            describes: what rest is ("gymnasium id"), for messages: `gym:<gymnasium id>`.
+            help: one line on the family for listings (`robo-rl tasks`): what it is, an example, where its
+                names and its framework come from.
+        """
         if not prefix.endswith(":"):
             raise ValueError(f"{self.kind} prefix {prefix!r} must end with ':'")
         if prefix in self._prefixes:
             raise ValueError(f"{self.kind} prefix {prefix!r} is already registered")
-        self._prefixes[prefix] = (resolver, describes)
+        self._prefixes[prefix] = (resolver, describes, help)
 
     def unregister(self, name: str) -> None:
         """Remove `name` (a test's or script's own entry); KeyError if absent."""
@@ -91,7 +97,7 @@ class Registry(Generic[T]):
 
     def get(self, name: str) -> T:
         """The entry of `name` (registered, or resolved by a prefix); one-line ConfigError listing the valid names."""
-        for prefix, (resolver, _) in self._prefixes.items():
+        for prefix, (resolver, _, _) in self._prefixes.items():
             if isinstance(name, str) and name.startswith(prefix):
                 return resolver(name[len(prefix):])
         if name not in self._entries:
@@ -102,7 +108,7 @@ class Registry(Generic[T]):
         """The one line for an unknown `name`: the field, the value and every valid choice."""
         choices = ", ".join(self._entries)
         if self._prefixes:
-            choices += ", or " + " / ".join(f"{p}<{what}>" for p, (_, what) in self._prefixes.items())
+            choices += ", or " + " / ".join(f"{p}<{what}>" for p, (_, what, _) in self._prefixes.items())
         where = f"config error: {self.field} = {name!r}: " if self.field else f"{name!r}: "
         return f"{where}unknown {self.kind}; valid: {choices}"
 
@@ -112,7 +118,11 @@ class Registry(Generic[T]):
 
     def prefixes(self) -> dict[str, str]:
         """Registered prefixes -> what follows each."""
-        return {p: what for p, (_, what) in self._prefixes.items()}
+        return {p: what for p, (_, what, _) in self._prefixes.items()}
+
+    def prefix_help(self, prefix: str) -> str:
+        """The help line registered with `prefix` ("" when none was given); KeyError for an unregistered prefix."""
+        return self._prefixes[prefix][2]
 
     def items(self) -> Iterator[tuple[str, T]]:
         return iter(list(self._entries.items()))

@@ -270,7 +270,8 @@ def test_bad_gym_id_exits_2_from_the_command_line(tmp_path):
 
 def test_tasks_command_mentions_the_gym_form(capsys):
     assert call(["tasks"]) == 0
-    assert "gym:<id>" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "gym:<gymnasium id>\n  any gymnasium env with Box observations and actions, e.g. gym:Hopper-v5" in out
 
 
 # ---------------------------------------------------------------------------------------------- reward normalisation

@@ -32,4 +32,11 @@ def test_tasks_command_lists_groups_and_action_terms(cli):
     vision = blocks["arm-pick-place-vision"]
     assert "image obs : 3x64x64 uint8 from camera 'scene'" in vision
     assert any(line.startswith("text obs : instruction index of 3") for line in vision)
-    assert "gym:<id>" in blocks
+    import robo_rl.adapters  # noqa: F401  (registers the prefixes, as the command does)
+    from robo_rl.tasks.task_registry import TASKS
+
+    assert {"gym:", "mjlab:", "isaaclab:"} <= set(TASKS.prefixes())
+    for prefix, what in TASKS.prefixes().items():  # each prefix family with its help line from its registration
+        assert blocks[f"{prefix}<{what}>"] == [" ".join(TASKS.prefix_help(prefix).split())], prefix
+    assert "gym:<gymnasium id>" in blocks
+    assert "bash scripts/setup_mjlab.sh" in blocks["mjlab:<id>"][0]  # the setup hint of mjlab's venv

@@ -49,6 +49,15 @@ def test_prefix_resolves_the_rest_of_the_name():
         reg.register_prefix("bad", str, describes="x")
 
 
+def test_a_prefix_keeps_its_help_line():
+    reg: Registry[str] = Registry("widget")
+    reg.register_prefix("ext:", str, describes="id", help="an external widget, e.g. ext:knob")
+    reg.register_prefix("bare:", str, describes="name")
+    assert reg.prefix_help("ext:") == "an external widget, e.g. ext:knob" and reg.prefix_help("bare:") == ""
+    with pytest.raises(KeyError):
+        reg.prefix_help("other:")
+
+
 def test_registered_is_undone_after_the_block_even_on_error():
     reg: Registry[int] = Registry("widget")
     with pytest.raises(RuntimeError), reg.registered("tmp", 1):

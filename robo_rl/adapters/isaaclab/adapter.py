@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from robo_rl.adapters.isaaclab.bootstrap import FRAMEWORKS, make_framework_env
+from robo_rl.adapters.isaaclab.bootstrap import FRAMEWORKS, INSTALL_HINT, make_framework_env
 from robo_rl.adapters.isaaclab.contract_translation import framework_contract
 from robo_rl.core.config import ConfigError, UserError, _f
 from robo_rl.core.contract import DeployContract
@@ -252,5 +252,13 @@ def _floats(log: dict[str, Any]) -> dict[str, float]:
     return {k: float(v.float().mean().item() if isinstance(v, Tensor) else v) for k, v in log.items()}
 
 
+TASK_HELP = {
+    "mjlab": "an mjlab task, e.g. mjlab:Mjlab-Velocity-Flat-Unitree-Go1 (ids: .venv-mjlab/bin/python -c 'import "
+             "mjlab.tasks; from mjlab.tasks.registry import list_tasks; print(list_tasks())')",
+    "isaaclab": "an Isaac Lab 3 task, e.g. isaaclab:Isaac-Velocity-Flat-Unitree-Go1-v0",
+}
+"""Framework -> what its task names are (`robo-rl tasks`), completed by its INSTALL_HINT."""
+
 for _framework, _prefix in FRAMEWORKS.items():
-    TASKS.register_prefix(_prefix, functools.partial(external_task_entry, _framework), describes="id")
+    TASKS.register_prefix(_prefix, functools.partial(external_task_entry, _framework), describes="id",
+                          help=f"{TASK_HELP[_framework]}; {INSTALL_HINT[_framework]}")

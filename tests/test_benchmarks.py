@@ -49,8 +49,9 @@ def smoke_run_problems(script: str, args: list[str], expected: int) -> list[str]
 
 
 @pytest.mark.slow
-def test_every_benchmark_smoke_run_prints_its_targets():
-    """Each benchmark's `--smoke` run (tiny sizes) exits 0 and ends with its well-formed TARGET lines: one test, the
-    scripts one after the other (the full runs, and their numbers, are for docs/benchmarks.md)."""
-    problems = [p for script, args, expected in SMOKE_RUNS for p in smoke_run_problems(script, args, expected)]
+@pytest.mark.parametrize(("script", "args", "expected"), SMOKE_RUNS, ids=[" ".join([s, *a]) for s, a, _ in SMOKE_RUNS])
+def test_benchmark_smoke_run_prints_its_targets(script, args, expected):
+    """The benchmark's `--smoke` run (tiny sizes) exits 0 and ends with its well-formed TARGET lines (the full runs,
+    and their numbers, are for docs/benchmarks.md)."""
+    problems = smoke_run_problems(script, args, expected)
     assert not problems, "\n".join(problems)

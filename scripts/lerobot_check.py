@@ -50,7 +50,9 @@ FFMPEG_DEBS = ["libavcodec59", "libavformat59", "libavutil57", "libswscale6", "l
 
 def install_steps(venv: Path) -> list[list[str]]:
     """The commands that build the LeRobot venv at `venv`, in order (apt only as root when FFmpeg is missing)."""
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # --no-compile: byte-compiling every module (torch's included) is most of the build's CPU time; Python compiles
+    # the modules it imports when it imports them
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "--disable-pip-version-check"]
     steps = []
     if not ffmpeg_present() and shutil.which("apt-get") and os.geteuid() == 0:
         steps += [["apt-get", "update", "-qq"],

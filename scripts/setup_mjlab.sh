@@ -27,8 +27,9 @@ chmod 755 "$BUILD"
 log=$(mktemp --tmpdir setup_mjlab.XXXXXX.log)
 trap 'rm -rf "$BUILD"' EXIT
 "$PY" -m venv "$BUILD"
-pip_install() {  # quiet unless it fails; the full output stays in $log
-  if ! "$BUILD/bin/python" -m pip install -q --disable-pip-version-check -c constraints-mjlab.txt "$@" >>"$log" 2>&1; then
+pip_install() {  # quiet unless it fails; the full output stays in $log. --no-compile: byte-compiling every module
+  # (torch's included) is most of the build's CPU time; Python compiles the modules it imports when it imports them
+  if ! "$BUILD/bin/python" -m pip install -q --no-compile --disable-pip-version-check -c constraints-mjlab.txt "$@" >>"$log" 2>&1; then
     tail -n 30 "$log" >&2
     echo "setup failed: pip install $* (full log: $log)" >&2
     exit 1

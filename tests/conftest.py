@@ -103,3 +103,28 @@ def dds_domain(monkeypatch) -> int:
 
     monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_URI)
     return random_domain()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "side_venv(name): runs in the side virtualenv `name` (tests/side_venvs.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The tests that run in a side venv go last, and a venv they need that is not built yet starts building in the
+    background now, so the build overlaps the rest of the suite (tests/side_venvs.py)."""
+    in_venv = [item for item in items if item.get_closest_marker("side_venv")]
+    if not in_venv:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("side_venv")] + in_venv
+    from tests.side_venvs import start_builds
+
+    names = sorted({item.get_closest_marker("side_venv").args[0] for item in in_venv})
+    building = start_builds(names)
+    if building:
+        print(f"\nbuilding the side venvs {', '.join(building)} in the background (once per machine)")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.side_venvs import stop_builds
+
+    stop_builds()

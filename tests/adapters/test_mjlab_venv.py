@@ -1,7 +1,7 @@
 """The adapter tests on mjlab's CPU device, in mjlab's own venv (mjlab pins mujoco 3.11; ours is mujoco 4).
 
 `scripts/setup_mjlab.sh` builds the venv the first time (~1 min, ~2.5 GB) in
-~/.cache/robo_rl/venvs/mjlab-<hash of constraints-mjlab.txt> (tests.conftest.cached_venv; ROBO_RL_MJLAB_VENV
+~/.cache/robo_rl/venvs/mjlab-<hash of constraints-mjlab.txt> (tests/side_venvs.py; ROBO_RL_MJLAB_VENV
 overrides the path) and reuses it after, from any clone; tests/adapters/test_isaaclab_adapter.py then
 runs there with this checkout first on the path, and every mjlab test in it must pass (none skipped).
 Warp's compiled kernels are cached in ~/.cache/robo_rl/warp/mjlab (tests.conftest sets ROBO_RL_WARP_CACHE).
@@ -9,33 +9,27 @@ Warp's compiled kernels are cached in ~/.cache/robo_rl/warp/mjlab (tests.conftes
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import cached_venv
+from tests.side_venvs import wait_for
 from tests.test_benchmarks import TARGET
 
 REPO = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow  # building the venv the first time on a machine takes about a minute
-
-
-def _venv_path() -> Path:
-    return cached_venv("mjlab", (REPO / "constraints-mjlab.txt").read_bytes(), "ROBO_RL_MJLAB_VENV")
+# building the venv the first time on a machine takes about a minute (in the background, tests/side_venvs.py)
+pytestmark = [pytest.mark.slow, pytest.mark.side_venv("mjlab")]
 
 
 @pytest.fixture(scope="module")
 def mjlab_venv() -> tuple[Path, dict[str, str]]:
     """(venv, environment to run its Python in), built by scripts/setup_mjlab.sh if needed."""
-    venv = _venv_path()
-    env = {**os.environ, "ROBO_RL_MJLAB_VENV": str(venv), "PYTHON": sys.executable}
-    setup = subprocess.run(["bash", str(REPO / "scripts" / "setup_mjlab.sh")], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=1200)
+    side = wait_for("mjlab")
+    venv, env = side.path, dict(side.env)
+    setup = subprocess.run(list(side.command), cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert setup.returncode == 0, f"scripts/setup_mjlab.sh failed:\n{setup.stdout}\n{setup.stderr}"
     env["PYTHONPATH"] = str(REPO)  # this checkout, even when the venv's editable install is another worktree's
     return venv, env

@@ -1,7 +1,7 @@
 """A dataset written by our DatasetWriter loads with LeRobot's own loader (`lerobot-dataset`, LeRobotDataset).
 
 LeRobot needs its own torch, torchvision, torchcodec and an older PyAV, so it runs in a second virtualenv,
-~/.cache/robo_rl/venvs/lerobot-<hash of its pins> (tests.conftest.cached_venv; ROBO_RL_LEROBOT_VENV overrides the
+~/.cache/robo_rl/venvs/lerobot-<hash of its pins> (tests/side_venvs.py; ROBO_RL_LEROBOT_VENV overrides the
 path); it is built on first use on a machine by `scripts/lerobot_check.py`'s `ensure_venv` (~1.5 min, ~5.6 GB, the
 install steps are there) and reused after, from any clone. `scripts/lerobot_check.py` runs inside it and prints
 what LeRobot read; these tests compare that with what we wrote and with our own DatasetReader.
@@ -22,7 +22,8 @@ import pytest
 from robo_rl.demos.dataset_metadata import camera, scalar, vector
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.dataset_writer import DatasetWriter
-from tests.conftest import cached_venv, load_script
+from tests.conftest import load_script
+from tests.side_venvs import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "scripts" / "lerobot_check.py"
@@ -31,15 +32,12 @@ LENGTHS = (40, 33, 47)  # unequal: each episode starts at its own offset in the 
 CAMERAS = {"observation.images.scene": (64, 64), "observation.images.wrist": (48, 80)}
 TASKS = ("reach the red cube", "push the door")
 
-pytestmark = pytest.mark.slow  # building the LeRobot venv the first time on a machine takes ~1.5 min
+# building the LeRobot venv the first time on a machine takes ~1.5 min (in the background, tests/side_venvs.py)
+pytestmark = [pytest.mark.slow, pytest.mark.side_venv("lerobot")]
 
 
 def _check_module():
     return load_script("lerobot_check")
-
-
-def _venv_path() -> Path:
-    return cached_venv("lerobot", _check_module().venv_pins(), "ROBO_RL_LEROBOT_VENV")
 
 
 def _image(key: str, t: int) -> np.ndarray:
@@ -79,7 +77,7 @@ def written(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lerobot(written, tmp_path_factory):
     """What LeRobot read: (the check's JSON, its decoded images as {camera: (N, H, W, 3)} or None)."""
-    python, reason = _check_module().ensure_venv(_venv_path())
+    python, reason = _check_module().ensure_venv(wait_for("lerobot").path)
     if python is None:
         pytest.skip(f"no LeRobot venv: {reason}")
     root, _ = written

@@ -182,6 +182,7 @@ def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, cam
     bodies stay at the model's keyframe) and draws `camera`. Needs MUJOCO_GL=egl or osmesa headless.
     """
     from robo_rl.sim.mjmodel import mujoco  # the train extra; picks a headless MUJOCO_GL before mujoco loads
+    from robo_rl.sim.render import video_renderer  # the train extra (mujoco, torch)
 
     reader = DatasetReader(dataset)
     ep = reader.episode(index, images=False)
@@ -205,7 +206,7 @@ def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, cam
     if mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, camera) < 0:
         raise ValueError(f"camera {camera!r} is not in the twin's model")
     frames = []
-    with mujoco.Renderer(model, height=height, width=width) as renderer:
+    with video_renderer(model, width, height) as renderer:
         for q in ep["observation.state"]:
             data.qpos[adr] = q
             mujoco.mj_forward(model, data)

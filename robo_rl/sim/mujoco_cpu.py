@@ -30,7 +30,7 @@ from robo_rl.sim.mjmodel import check_field as _check_field
 
 import mujoco.rollout  # noqa: E402  isort: skip
 
-from robo_rl.sim.render import CameraRenderer  # noqa: E402  isort: skip
+from robo_rl.sim.render import CameraRenderer, video_renderer  # noqa: E402  isort: skip
 
 __all__ = ["MujocoCpuBackend", "load_model", "mujoco", "state_slices"]
 
@@ -232,7 +232,7 @@ class MujocoCpuBackend(ModelNames):
         """Offscreen RGB frame (H, W, 3) uint8 of one world."""
         key = (width, height)
         if key not in self._renderers:
-            self._renderers[key] = mujoco.Renderer(self.model, height=height, width=width)
+            self._renderers[key] = video_renderer(self.model, width, height)
         r = self._renderers[key]
         d = self._scratch
         mujoco.mj_setState(self._models[world], d, self._state[world], _FULL)

@@ -60,6 +60,8 @@ except ImportError as exc:  # pragma: no cover - exercised where the gpu extra i
 WARP_CACHE = configure_warp(wp)  # before MuJoCo Warp compiles anything
 import mujoco_warp as mjw  # noqa: E402
 
+from robo_rl.sim.render import video_renderer  # noqa: E402
+
 # Overflows that lose contacts or constraints (the results are wrong); solver iteration limits are not.
 _FATAL_OVERFLOWS = {
     mjw.OverflowType.NEFC: "constraints exceed njmax",
@@ -324,7 +326,7 @@ class MujocoWarpBackend(ModelNames):
         """Offscreen RGB frame (H, W, 3) uint8 of one world (MuJoCo's OpenGL renderer, on the host)."""
         key = (width, height)
         if key not in self._renderers:
-            self._renderers[key] = mujoco.Renderer(self.model, height=height, width=width)
+            self._renderers[key] = video_renderer(self.model, width, height)
         r = self._renderers[key]
         cam = self.name_id("camera", camera) if isinstance(camera, str) else camera
         r.update_scene(self._to_host(world), camera=cam)

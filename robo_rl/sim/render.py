@@ -109,6 +109,28 @@ def render_model(model: mujoco.MjModel, width: int, height: int, settings: Rende
     return m
 
 
+VIDEO_SHADOW_SIZE = 1024
+"""Shadow map side (px) for video frames: MuJoCo's usual 4096 costs ~2.5x the frame time of a 320x240 frame on the
+CPU, with no visible difference at that size."""
+
+
+def video_renderer(model: mujoco.MjModel, width: int, height: int) -> mujoco.Renderer:
+    """A `mujoco.Renderer` for video frames: the model's look (shadows, reflections, skybox), without multisample
+    anti-aliasing and with a shadow map of at most VIDEO_SHADOW_SIZE.
+
+    On this CPU (EGL's software rasteriser) a 320x240 frame takes ~50 ms instead of ~200 ms with MuJoCo's
+    defaults (4x MSAA, 4096 px shadow map): a training run's evaluation video of 150 frames, 8 s instead of 30.
+    Only the rendering context reads these settings; the model is restored before this returns.
+    """
+    quality = model.vis.quality
+    saved = quality.offsamples, quality.shadowsize
+    quality.offsamples, quality.shadowsize = 0, min(quality.shadowsize, VIDEO_SHADOW_SIZE)
+    try:
+        return mujoco.Renderer(model, height=height, width=width)
+    finally:
+        quality.offsamples, quality.shadowsize = saved
+
+
 class CameraRenderer:
     """RGB images of one fixed camera for many worlds of one model, as (K, 3, H, W) uint8 tensors.
 

@@ -76,6 +76,30 @@ def test_matches_mujocos_own_renderer(backend):
         reference.close()
 
 
+def test_video_frames_look_like_mujocos_defaults_and_leave_the_model_as_it_was(backend):
+    """backend.render (videos) draws without MSAA and with a smaller shadow map: the same picture as MuJoCo's
+    default renderer up to edge aliasing, and the model's own quality settings are untouched."""
+    import mujoco
+
+    from robo_rl.sim.render import VIDEO_SHADOW_SIZE
+
+    quality = backend.model.vis.quality
+    before = (quality.offsamples, quality.shadowsize)
+    assert before == (4, 4096) and VIDEO_SHADOW_SIZE < 4096  # the panda scene's, which the fast path changes
+    frame = backend.render(2, camera="scene", width=160, height=120).astype(np.float64)  # (H, W, 3)
+    assert (quality.offsamples, quality.shadowsize) == before
+    d = mujoco.MjData(backend.model)
+    mujoco.mj_setState(backend.model, d, backend.state[2].numpy(), mujoco.mjtState.mjSTATE_FULLPHYSICS)
+    mujoco.mj_forward(backend.model, d)
+    with mujoco.Renderer(backend.model, height=120, width=160) as reference:
+        reference.update_scene(d, camera="scene")
+        expected = reference.render().astype(np.float64)
+    difference = np.abs(frame - expected).mean(axis=2)  # (H, W)
+    print(f"mean difference {difference.mean():.2f} levels, share > 40: {(difference > 40).mean():.4f}")
+    assert difference.mean() < 3.0, difference.mean()  # measured 0.52: edges and shadow borders only
+    assert (difference > 40).mean() < 0.02  # measured 0.003: no part of the scene missing or moved
+
+
 def test_kinematics_steps_one_by_one_give_the_same_images(backend, monkeypatch):
     """The path for MuJoCo < 3.4 (no mj_fwdKinematics) draws the same pixels."""
     import mujoco

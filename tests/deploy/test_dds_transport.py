@@ -133,7 +133,11 @@ def dds_deploy(dds_domain, tmp_path):
     probe = Probe(dds_domain, {PD_TOPIC: dt.Float64MultiArray})
     try:
         runtime.activate(recorder)
-        wait_until(lambda: runtime.controller.mode is Mode.READY, 10.0, "READY")
+        try:
+            wait_until(lambda: runtime.controller.mode is Mode.READY, 10.0, "READY")
+        except AssertionError as exc:  # say why: the controller's last event, the twin's output
+            raise AssertionError(f"{exc}; controller: {runtime.controller.status_line()}; twin log: "
+                                 f"{(tmp_path / 'twin.log').read_text()[-2000:]}") from None
         yield runtime, robot, recorder, probe, link, twin
     finally:
         runtime.cleanup()

@@ -71,7 +71,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-obs-norm", action="store_true", help="disable observation normalisation for both")
     p.add_argument("--repeats", type=int, default=None, help="timed updates per implementation (default 15; 2 smoke)")
     p.add_argument("--warmup", type=int, default=None, help="untimed updates per implementation (default 2; 1 smoke)")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (0: torch's default, the default; 1 with --smoke: no OpenMP spin-waits "
+                        "for a second core another process holds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--smoke", action="store_true", help="small batch, few repeats; a few learning iterations")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table of one update of each")
@@ -103,6 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.epochs = args.epochs or (2 if smoke else 5)
     args.minibatches = args.minibatches or (2 if smoke else 4)
     args.warmup = args.warmup if args.warmup is not None else (1 if smoke else 2)
+    args.threads = args.threads if args.threads is not None else (1 if smoke else 0)
     return args
 
 

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from robo_rl.cli import main as cli
 from robo_rl.learn.evaluation import evaluate_checkpoint
 
@@ -61,6 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:  # every step once, at the smallest sizes
         args.demos, args.bc_iterations, args.num_envs, args.episodes, args.steps = 1, 1, 4, 1, 4
+        torch.set_num_threads(1)  # tiny tensors: a second thread only spin-waits for a core another process holds
     root = Path(args.out or tempfile.mkdtemp(prefix="bench_reinflow_"))
     common = ["--task", TASK, "--num-envs", str(args.num_envs), "--set", f"runner.log_dir={root}",
               "--set", "runner.eval_episodes=0", "--set", "runner.progress_bar=false"]

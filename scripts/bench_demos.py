@@ -25,8 +25,10 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 from bench_deploy import start_loop  # noqa: E402  (scripts/, next to this file)
 
+from robo_rl.core.config import load_yaml  # noqa: E402
 from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
 from robo_rl.demos.dataset_writer import DatasetWriter  # noqa: E402
 from robo_rl.demos.recorder import RecordingRobot, SimCameras, robot_features  # noqa: E402
@@ -36,9 +38,25 @@ REPO = Path(__file__).resolve().parents[1]
 CAMERAS = ("track", "scene")
 SIZE = 96
 RATE = 50.0
+SMOKE_RAMP_S = 0.5
+"""`--smoke`: the controller's soft start to the default pose before each run (panda.yaml's: 3 s; 0.5 s is the
+shortest its safe range allows)."""
 
 
-def recording_run(root: Path | None, seconds: float, episode_s: float) -> tuple[dict, dict | None, list[float]]:
+def hardware_file(folder: Path, ramp_time_s: float | None) -> Path:
+    """hardware/panda.yaml, or with `ramp_time_s` a copy of it in `folder` whose soft start lasts that long."""
+    path = REPO / "hardware" / "panda.yaml"
+    if ramp_time_s is None:
+        return path
+    hw = load_yaml(path)
+    hw["safety"]["ramp_time_s"] = ramp_time_s
+    out = folder / path.name
+    out.write_text(yaml.safe_dump(hw, sort_keys=False))
+    return out
+
+
+def recording_run(hardware: Path, root: Path | None, seconds: float,
+                  episode_s: float) -> tuple[dict, dict | None, list[float]]:
     """(controller stats, recorder report or None, save block times) of `seconds` of POLICY at 50 Hz."""
     holder: dict = {}
 
@@ -53,8 +71,7 @@ def recording_run(root: Path | None, seconds: float, episode_s: float) -> tuple[
         holder.update(rec=rec, writer=writer, sim=sim)
         return rec
 
-    session = open_session(REPO / "policies" / "panda_reach.onnx", REPO / "hardware" / "panda.yaml", realtime=True,
-                           wrap_robot=wrap)
+    session = open_session(REPO / "policies" / "panda_reach.onnx", hardware, realtime=True, wrap_robot=wrap)
     c = session.controller
     stop, worker = start_loop(session, RATE)
     rec = holder.get("rec")
@@ -83,7 +100,8 @@ def recording_run(root: Path | None, seconds: float, episode_s: float) -> tuple[
     return stats, report, (rec.save_block_s if rec is not None else [])
 
 
-def write_throughput(root: Path, frames: int) -> float:
+def write_throughput(root: Path, frames: int, episode_frames: int = 250) -> float:
+    """Frames/s of a `DatasetWriter` fed `frames` frames as fast as it takes them, an episode every `episode_frames`."""
     features = robot_features(tuple(f"j{i}" for i in range(7)), {c: (SIZE, SIZE) for c in CAMERAS}, RATE)
     rng = np.random.default_rng(0)
     y, x = np.mgrid[0:SIZE, 0:SIZE]
@@ -95,7 +113,7 @@ def write_throughput(root: Path, frames: int) -> float:
             w.add_frame({"observation.state": rng.normal(size=7), "observation.velocity": rng.normal(size=7),
                          "action": rng.normal(size=7), **{f"observation.images.{c}": images[i % 50] for c in CAMERAS}},
                         task="t")
-            if (i + 1) % 250 == 0:
+            if (i + 1) % episode_frames == 0:
                 w.end_episode()
     return frames / (time.perf_counter() - t)
 
@@ -112,14 +130,17 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=30.0, help="recording time while the policy runs")
     p.add_argument("--episode-s", type=float, default=5.0, help="an episode is saved every this many seconds")
     p.add_argument("--frames", type=int, default=2000, help="frames of the write-throughput run")
+    p.add_argument("--episode-frames", type=int, default=250, help="frames per episode of the write-throughput run")
     p.add_argument("--smoke", action="store_true")
     args = p.parse_args()
     if args.smoke:
-        args.seconds, args.episode_s, args.frames = 4.0, 1.0, 250
+        # every part once: two episode saves while recording, two episodes written and read back
+        args.seconds, args.episode_s, args.frames, args.episode_frames = 0.5, 0.2, 20, 10
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "rec"
-        base, _, _ = recording_run(None, args.seconds, args.episode_s)
-        stats, report, blocks = recording_run(root, args.seconds, args.episode_s)
+        hardware = hardware_file(Path(tmp), SMOKE_RAMP_S if args.smoke else None)
+        base, _, _ = recording_run(hardware, None, args.seconds, args.episode_s)
+        stats, report, blocks = recording_run(hardware, root, args.seconds, args.episode_s)
         frames_on_disk = DatasetReader(root).num_frames
         if stats["fault"] or base["fault"]:
             print(f"  the controller faulted: {stats['fault'] or base['fault']}")
@@ -132,7 +153,7 @@ def main() -> None:
               f"{int(stats['missed_ticks'])}")
         worst_block = max(blocks) * 1e3 if blocks else float("nan")
         print(f"  episode saves: {len(blocks)}, the control side waited at most {worst_block:.3f} ms")
-        write = write_throughput(Path(tmp) / "write", args.frames)
+        write = write_throughput(Path(tmp) / "write", args.frames, args.episode_frames)
         read = read_throughput(Path(tmp) / "write")
         print(f"write throughput {write:,.0f} frames/s, read throughput {read:,.0f} frames/s (two {SIZE}x{SIZE} "
               "cameras, videos encoded / decoded)")

@@ -11,11 +11,12 @@ RL Zoo's 2410 (PPO, Hopper, 1 M steps; shared/REFERENCES.md). It prints the wall
 and exits 0 either way. `--impl sb3` trains stable-baselines3's own PPO instead, from the same resolved
 config (VecNormalize for the observation and reward normalisation, RL Zoo's way), and evaluates it the
 same way: it shows what SB3 itself reaches with the config on this gymnasium and MuJoCo (its TARGET line is named
-`sb3_ppo_hopper_vs_rl_zoo`). Needs stable-baselines3 (the dev extra).
+`sb3_ppo_hopper_vs_rl_zoo`). Needs stable-baselines3 (the dev extra). `--smoke` without `--impl` runs both, one
+after the other, each for 1 iteration of 64 env steps and 1 evaluation episode.
 
     PYTHONPATH=. python scripts/bench_gym_reference.py                 # 1 M steps (~16 min on 2 cores)
     PYTHONPATH=. python scripts/bench_gym_reference.py --steps 200000 --seed 1
-    PYTHONPATH=. python scripts/bench_gym_reference.py --smoke         # 2 iterations: a smoke run
+    PYTHONPATH=. python scripts/bench_gym_reference.py --smoke         # both implementations: a smoke run
     PYTHONPATH=. python scripts/bench_gym_reference.py --impl sb3      # SB3's PPO, same settings and budget
 """
 
@@ -45,6 +46,8 @@ RL_ZOO_PPO_HOPPER_1M = 2410.0
 """SB3 RL Zoo's PPO on Hopper at 1 M steps (shared/REFERENCES.md)."""
 GOAL = 0.9
 """Our evaluation return must reach this fraction of RL Zoo's."""
+SMOKE_OVERRIDES = ("runner.max_iterations=1", "algo.num_steps_per_env=16", "algo.num_learning_epochs=2")
+"""`--smoke`: one iteration of 4 worlds x 16 steps (32 minibatches of 2), 2 epochs (a reshuffle between them)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,12 +59,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="config override, e.g. algo.learning_rate=3e-4 (repeatable)")
     p.add_argument("--run-dir", default=None, help="keep the run (checkpoints, TensorBoard) here; default: a temp dir")
-    p.add_argument("--smoke", action="store_true", help="2 iterations and 2 evaluation episodes (a smoke run)")
-    p.add_argument("--impl", choices=("robo_rl", "sb3"), default="robo_rl",
-                   help="whose PPO to train: ours, or stable-baselines3's from the same config")
+    p.add_argument("--smoke", action="store_true", help="1 small iteration and 1 evaluation episode (a smoke run)")
+    p.add_argument("--impl", choices=("robo_rl", "sb3"), default=None,
+                   help="whose PPO to train: ours (default), or stable-baselines3's from the same config "
+                        "(default with --smoke: both)")
     args = p.parse_args(argv)
+    args.impls = [args.impl] if args.impl else ["robo_rl", "sb3"] if args.smoke else ["robo_rl"]
     if args.smoke:
-        args.eval_episodes = 2
+        args.eval_episodes = 1
     return args
 
 
@@ -70,10 +75,12 @@ def bench_config(args: argparse.Namespace, run_dir: Path) -> TrainConfig:
     raw = load_yaml(args.config)
     base = resolve_train_config(raw, [*args.overrides, f"seed={args.seed}"], env_config_cls=task_config_class)
     per_iteration = base.algo.num_steps_per_env * base.sim.num_envs
-    iterations = 2 if args.smoke else max(1, math.ceil(args.steps / per_iteration))
+    iterations = max(1, math.ceil(args.steps / per_iteration))
     runner = [f"runner.max_iterations={iterations}", "runner.eval_episodes=0", f"runner.save_interval={iterations}",
               f"runner.log_dir={run_dir.parent}", f"runner.run_name={run_dir.name}"]
-    return resolve_train_config(raw, [*args.overrides, f"seed={args.seed}", *runner], env_config_cls=task_config_class)
+    smoke = SMOKE_OVERRIDES if args.smoke else ()
+    return resolve_train_config(raw, [*args.overrides, f"seed={args.seed}", *runner, *smoke],
+                                env_config_cls=task_config_class)
 
 
 def run(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
@@ -174,14 +181,20 @@ def run_sb3(args: argparse.Namespace, run_dir: Path) -> tuple[dict, float, int]:
     return {"mean_return": sum(returns) / n, "episodes": n, "metrics": {"length": sum(lengths) / n}}, wall, steps
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def train_and_evaluate(args: argparse.Namespace, impl: str) -> tuple[dict, float, int]:
+    """`run` (ours) or `run_sb3`, in `--run-dir` (with both implementations: a folder for each) or a temporary one."""
     with tempfile.TemporaryDirectory(prefix="bench_gym_") as tmp:
         run_dir = Path(args.run_dir) if args.run_dir else Path(tmp) / "hopper"
-        evaluation, wall, steps = (run_sb3 if args.impl == "sb3" else run)(args, run_dir)
+        if len(args.impls) > 1:
+            run_dir = run_dir / impl
+        return (run_sb3 if impl == "sb3" else run)(args, run_dir)
+
+
+def report(impl: str, evaluation: dict, wall: float, steps: int) -> None:
+    """The side-by-side table with RL Zoo's result and the TARGET line of one implementation."""
     ours = evaluation["mean_return"]
     ratio = ours / RL_ZOO_PPO_HOPPER_1M
-    label = "SB3 PPO" if args.impl == "sb3" else "robo_rl PPO"
+    label = "SB3 PPO" if impl == "sb3" else "robo_rl PPO"
     print()
     print(f"{'':34s}{label:>14s}{'RL Zoo PPO':>14s}")
     print(f"{'Hopper-v5 evaluation return':34s}{ours:14.1f}{RL_ZOO_PPO_HOPPER_1M:14.1f}")
@@ -190,8 +203,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{evaluation['metrics'].get('length', float('nan')):.0f} steps; "
           f"training wall-clock {wall:.0f} s ({wall / 60:.1f} min, {steps / wall:,.0f} env steps/s)")
     verdict = "PASS" if ratio >= GOAL else "FAIL"
-    name = "sb3_ppo_hopper_vs_rl_zoo" if args.impl == "sb3" else "ppo_hopper_vs_rl_zoo"
+    name = "sb3_ppo_hopper_vs_rl_zoo" if impl == "sb3" else "ppo_hopper_vs_rl_zoo"
     print(f"TARGET {name} measured={ratio:.3f} goal=>={GOAL} {verdict}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    for impl in args.impls:
+        report(impl, *train_and_evaluate(args, impl))
     return 0
 
 

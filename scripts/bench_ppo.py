@@ -56,22 +56,24 @@ def _dims(text: str) -> tuple[int, ...]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--num-envs", type=int, default=None, help="N (default 1024; 256 with --smoke)")
-    p.add_argument("--steps", type=int, default=None, help="rollout length T (default 24; 16 with --smoke)")
+    p.add_argument("--num-envs", type=int, default=None, help="N (default 1024; 32 with --smoke)")
+    p.add_argument("--steps", type=int, default=None, help="rollout length T (default 24; 8 with --smoke)")
     p.add_argument("--obs-dim", type=int, default=45)
     p.add_argument("--critic-obs-dim", type=int, default=48)
     p.add_argument("--action-dim", type=int, default=12)
     p.add_argument("--actor-hidden", type=_dims, default=(256, 128, 64), help="e.g. 256,128,64")
     p.add_argument("--critic-hidden", type=_dims, default=(256, 128, 64), help="e.g. 256,128,64")
     p.add_argument("--activation", default="elu", choices=("elu", "relu", "tanh", "silu"))
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--minibatches", type=int, default=4)
+    p.add_argument("--epochs", type=int, default=None, help="learning epochs per update (default 5; 2 with --smoke)")
+    p.add_argument("--minibatches", type=int, default=None, help="minibatches per epoch (default 4; 2 with --smoke)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--schedule", default="adaptive", choices=("adaptive", "fixed"))
     p.add_argument("--no-obs-norm", action="store_true", help="disable observation normalisation for both")
-    p.add_argument("--repeats", type=int, default=None, help="timed updates per implementation (default 15; 5 smoke)")
+    p.add_argument("--repeats", type=int, default=None, help="timed updates per implementation (default 15; 2 smoke)")
     p.add_argument("--warmup", type=int, default=None, help="untimed updates per implementation (default 2; 1 smoke)")
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (0: torch's default, the default; 1 with --smoke: no OpenMP spin-waits "
+                        "for a second core another process holds)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--smoke", action="store_true", help="small batch, few repeats; a few learning iterations")
     p.add_argument("--profile", action="store_true", help="print a torch.profiler table of one update of each")
@@ -90,17 +92,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--threshold", type=float, default=0.01, help="distance (m) for the iterations-to metric")
     g.add_argument("--window", type=int, default=5, help="moving-mean window (iterations) for the threshold")
     g.add_argument("--final-window", type=int, default=10, help="iterations averaged for the final distance")
-    g.add_argument("--eval-episodes", type=int, default=None, help="deterministic evaluation episodes (64; 8 smoke)")
+    g.add_argument("--eval-episodes", type=int, default=None, help="deterministic evaluation episodes (64; 2 smoke)")
     args = p.parse_args(argv)
     if not args.update and not args.learning:
         args.update = args.learning = True
     smoke = args.smoke
-    args.eval_episodes = args.eval_episodes if args.eval_episodes is not None else (8 if smoke else 64)
+    args.eval_episodes = args.eval_episodes if args.eval_episodes is not None else (2 if smoke else 64)
     args.seeds = args.seeds or ("0" if smoke else "0,1")
-    args.num_envs = args.num_envs or (256 if smoke else 1024)
-    args.steps = args.steps or (16 if smoke else 24)
-    args.repeats = args.repeats or (5 if smoke else 15)
+    args.num_envs = args.num_envs or (32 if smoke else 1024)
+    args.steps = args.steps or (8 if smoke else 24)
+    args.repeats = args.repeats or (2 if smoke else 15)
+    args.epochs = args.epochs or (2 if smoke else 5)
+    args.minibatches = args.minibatches or (2 if smoke else 4)
     args.warmup = args.warmup if args.warmup is not None else (1 if smoke else 2)
+    args.threads = args.threads if args.threads is not None else (1 if smoke else 0)
     return args
 
 
@@ -274,7 +279,10 @@ def learning_config(args: argparse.Namespace, seed: int, overrides: tuple[str, .
     preset = Path(args.config) if args.config else REPO / "sim_configs" / f"{args.task}.yaml"
     raw = load_yaml(preset) if args.config or preset.is_file() else {}
     raw["task"] = args.task
-    smoke = ["sim.num_envs=64", "runner.max_iterations=6"] if args.smoke else []
+    smoke = [  # the smallest run that learns, logs ended episodes, evaluates and compares
+        "sim.num_envs=8", "algo.num_steps_per_env=8", "algo.num_learning_epochs=2", "algo.num_mini_batches=2",
+        "runner.max_iterations=2", "env.episode_length_s=0.5",
+    ] if args.smoke else []
     return resolve_train_config(
         raw, [*smoke, *args.overrides, *overrides, f"seed={seed}"], env_config_cls=task_config_class
     )

@@ -9,7 +9,7 @@ the deployed policy rises by >= 20 points absolute, or to >= 95 %.
 Also printed: the wall time per ReinFlow iteration at each K.
 
     python scripts/bench_reinflow.py                # ~30 min on this 2-core machine
-    python scripts/bench_reinflow.py --smoke        # a smoke test (tiny budgets)
+    python scripts/bench_reinflow.py --smoke        # a smoke test: every step once, at the smallest sizes
 """
 
 from __future__ import annotations
@@ -19,16 +19,29 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+
 from robo_rl.cli import main as cli
 from robo_rl.learn.evaluation import evaluate_checkpoint
 
 TASK = "arm-pick-place"
+SMOKE_BC = ("env.episode_length_s=0.2", "algo.num_steps_per_env=2", "algo.batch_size=64")
+"""`--smoke`: flow-bc's 2 gradient steps on batches of 64 (its worlds only evaluate, on 0.2 s episodes)."""
+SMOKE_REINFLOW = ("env.episode_length_s=0.2", "runner.max_iterations=2", "algo.critic_warmup_iterations=1",
+                  "algo.num_learning_epochs=1", "algo.num_mini_batches=2")
+"""`--smoke`: ReinFlow's 2 iterations, the first training the critic only, the second the actor too, on 0.2 s
+episodes (the task's: 8 s)."""
 
 
 def run_cli(argv: list[str]) -> None:
     code = cli.main(argv)
     if code:
         raise SystemExit(f"robo-rl {' '.join(argv[:3])} ... failed with exit code {code}")
+
+
+def smoke_sets(smoke: bool, overrides: tuple[str, ...]) -> list[str]:
+    """`--set KEY=VALUE` arguments of `overrides` with `--smoke`, none without."""
+    return [arg for override in overrides for arg in ("--set", override)] if smoke else []
 
 
 def success(run: Path, episodes: int, flow_steps: int, step_noise: bool = False) -> float:
@@ -48,8 +61,9 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
-    if args.smoke:
-        args.demos, args.bc_iterations, args.minutes, args.num_envs, args.episodes, args.steps = 4, 2, 0.1, 8, 8, 25
+    if args.smoke:  # every step once, at the smallest sizes
+        args.demos, args.bc_iterations, args.num_envs, args.episodes, args.steps = 1, 1, 4, 1, 4
+        torch.set_num_threads(1)  # tiny tensors: a second thread only spin-waits for a core another process holds
     root = Path(args.out or tempfile.mkdtemp(prefix="bench_reinflow_"))
     common = ["--task", TASK, "--num-envs", str(args.num_envs), "--set", f"runner.log_dir={root}",
               "--set", "runner.eval_episodes=0", "--set", "runner.progress_bar=false"]
@@ -58,7 +72,7 @@ def main() -> None:
     run_cli(["record", "--task", TASK, "--expert", "--episodes", str(args.demos), "--noise", str(args.noise),
              "--num-envs", str(min(args.num_envs, 32)), "--out", str(root / "demos")])
     run_cli(["train", "--algo", "flow-bc", "--dataset", str(root / "demos"), "--max-iterations",
-             str(args.bc_iterations), *common, "--run-name", "flow_bc"])
+             str(args.bc_iterations), *common, *smoke_sets(args.smoke, SMOKE_BC), "--run-name", "flow_bc"])
     print(f"demonstrations and flow-bc pretraining: {time.perf_counter() - t0:.0f} s")
 
     results = {}
@@ -69,7 +83,7 @@ def main() -> None:
         run_cli(["train", "--algo", "reinflow", "--set", f"algo.pretrained={root / 'flow_bc'}",
                  "--set", f"policy.num_steps={k}", "--set", f"algo.num_steps_per_env={args.steps}",
                  "--max-time", str(args.minutes * 60), "--max-iterations", "100000",
-                 *common, "--run-name", name])
+                 *common, *smoke_sets(args.smoke, SMOKE_REINFLOW), "--run-name", name])
         from robo_rl.learn.builders import load_trained
 
         _, state, _ = load_trained(root / name)

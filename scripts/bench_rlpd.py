@@ -46,11 +46,13 @@ from robo_rl.learn.builders import resolve_config  # noqa: E402
 from robo_rl.learn.runner import OffPolicyRunner, Runner  # noqa: E402
 from robo_rl.learn.train_config import TrainConfig  # noqa: E402
 from robo_rl.tasks.experts import PickPlaceExpert, rollout_expert  # noqa: E402
-from robo_rl.tasks.task_registry import make_env  # noqa: E402
+from robo_rl.tasks.task_registry import make_env, task_config_class  # noqa: E402
 
 PRESET = REPO / "sim_configs" / "arm-pick-place-sac.yaml"
 DEMO_SEED = 777
 """Seed of the demonstration worlds (training uses the preset's seed, evaluation seed + 54321)."""
+SMOKE_EPISODE_S = 0.5
+"""`--smoke`: the episodes of the demonstrations, the training and the evaluation last 0.5 s (the task's: 8 s)."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -65,16 +67,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rlpd-bc", type=float, default=0.4,
                    help="RLPD's demo behaviour-cloning weight (algo.demo_bc_weight)")
     p.add_argument("--only", choices=("SAC", "RLPD"), help="train only this learner (a pilot; prints no TARGET)")
-    p.add_argument("--smoke", action="store_true", help="4 demos, 4 iterations (a smoke run)")
+    p.add_argument("--smoke", action="store_true",
+                   help="1 demo, 2 iterations, one evaluation of 1 episode of 0.5 s (a smoke run)")
     args = p.parse_args(argv)
     if args.smoke:
-        args.iterations, args.demos, args.eval_every, args.eval_episodes = 4, 4, 2, 4
+        args.iterations, args.demos, args.eval_every, args.eval_episodes = 2, 1, 2, 1
     return args
 
 
-def record_demos(num_episodes: int) -> tuple[dict[str, torch.Tensor], float]:
-    """(transition arrays of `num_episodes` expert episodes, their success rate); one episode per world."""
-    env = make_env("arm-pick-place", num_episodes, seed=DEMO_SEED)
+def record_demos(num_episodes: int, episode_length_s: float | None = None) -> tuple[dict[str, torch.Tensor], float]:
+    """(transition arrays of `num_episodes` expert episodes, their success rate); one episode per world, of the
+    task's length or `episode_length_s`."""
+    cfg = None if episode_length_s is None else task_config_class("arm-pick-place")(episode_length_s=episode_length_s)
+    env = make_env("arm-pick-place", num_episodes, cfg=cfg, seed=DEMO_SEED)
     try:
         demo = rollout_expert(env, PickPlaceExpert(env), num_episodes, seed=DEMO_SEED)
     finally:
@@ -85,7 +90,8 @@ def record_demos(num_episodes: int) -> tuple[dict[str, torch.Tensor], float]:
 def learner_config(args: argparse.Namespace, run_dir: Path, rlpd: bool) -> TrainConfig:
     cfg = resolve_config(load_yaml(PRESET), [f"seed={args.seed}", f"runner.max_iterations={args.iterations}",
                                              f"runner.save_interval={args.iterations}", "runner.eval_episodes=0",
-                                             f"runner.log_dir={run_dir.parent}", f"runner.run_name={run_dir.name}"])
+                                             f"runner.log_dir={run_dir.parent}", f"runner.run_name={run_dir.name}",
+                                             *([f"env.episode_length_s={SMOKE_EPISODE_S}"] if args.smoke else [])])
     if not rlpd:
         return cfg
     algo, policy = rlpd_variant(cfg.algo, cfg.policy, num_critics=args.rlpd_critics,
@@ -122,7 +128,7 @@ def train(args: argparse.Namespace, name: str, cfg: TrainConfig, run_dir: Path,
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.perf_counter()
-    demos, expert_success = record_demos(args.demos)
+    demos, expert_success = record_demos(args.demos, SMOKE_EPISODE_S if args.smoke else None)
     print(f"{args.demos} expert demonstrations: {demos['obs'].shape[0]:,} transitions, success {expert_success:.2f} "
           f"({time.perf_counter() - t0:.0f} s)", flush=True)
     curves = {}

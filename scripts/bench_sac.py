@@ -24,12 +24,13 @@ and exits 0 either way.
 
     PYTHONPATH=. python scripts/bench_sac.py                    # both environments (~15 min on 2 cores)
     PYTHONPATH=. python scripts/bench_sac.py --env pendulum
-    PYTHONPATH=. python scripts/bench_sac.py --smoke            # tiny budgets: a smoke run
+    PYTHONPATH=. python scripts/bench_sac.py --smoke            # a smoke run: 120 env steps each, 1 evaluation
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import tempfile
@@ -58,6 +59,8 @@ GOAL = 3.0
 """Our time to the threshold must be this many times shorter than SB3's."""
 EVALS_PER_BUDGET = 40
 """Evaluations over each learner's env-step budget."""
+SMOKE_EVALS_PER_BUDGET = 1
+"""`--smoke`: evaluations over each learner's budget (`smoke_case`)."""
 THREADS = 1
 """Torch threads of both learners' gradient steps. Measured in this script on the idle 2-core machine, one is faster
 than two for both: to Pendulum's threshold SB3 took 35.6 s with one and 49.5 s with two, ours 9.1 and 14.7 s."""
@@ -75,6 +78,8 @@ class Case:
     eval_episodes: int
     sb3_kwargs: dict[str, Any] = field(default_factory=dict)
     """SB3 SAC arguments beyond its defaults."""
+    num_envs: int | None = None
+    """Our worlds (None: the preset's)."""
 
 
 CASES = {
@@ -82,6 +87,13 @@ CASES = {
                      sb3_kwargs={"learning_rate": 1e-3}),  # RL Zoo hyperparams/sac.yml, Pendulum-v1
     "arm-reach": Case("arm-reach", "arm-reach-sac.yaml", threshold=-0.35, budget_steps=200_000, eval_episodes=32),
 }
+
+
+def smoke_case(case: Case) -> Case:
+    """`case` at the smallest sizes that run every part (`--smoke`): 120 env steps, past SB3's 100 random ones
+    (`learning_starts`), so both learners take gradient steps; ours on 8 worlds, which take gradient steps within
+    them too; 1 evaluation episode."""
+    return dataclasses.replace(case, budget_steps=120, eval_episodes=1, num_envs=8)
 
 
 @dataclass
@@ -116,10 +128,11 @@ class Race:
 
 def our_config(case: Case, budget: int, run_dir: Path, seed: int) -> TrainConfig:
     raw = load_yaml(REPO / "sim_configs" / case.preset)
-    base = resolve_config(raw, [f"seed={seed}"])
+    sizes = [f"seed={seed}", *([f"sim.num_envs={case.num_envs}"] if case.num_envs else [])]
+    base = resolve_config(raw, sizes)
     per_iteration = base.algo.num_steps_per_env * base.sim.num_envs
     iterations = max(1, math.ceil(budget / per_iteration))
-    return resolve_config(raw, [f"seed={seed}", f"runner.max_iterations={iterations}", "runner.eval_episodes=0",
+    return resolve_config(raw, [*sizes, f"runner.max_iterations={iterations}", "runner.eval_episodes=0",
                                 f"runner.save_interval={iterations}", f"runner.log_dir={run_dir.parent}",
                                 f"runner.run_name={run_dir.name}", f"algo.update_threads={THREADS}"])
 
@@ -129,10 +142,10 @@ def eval_env(cfg: TrainConfig, episodes: int):
     return build_env(cfg, num_envs=episodes, seed=cfg.seed + 54321)
 
 
-def race_ours(case: Case, budget: int, seed: int, tmp: Path) -> Race:
+def race_ours(case: Case, budget: int, evals: int, seed: int, tmp: Path) -> Race:
     cfg = our_config(case, budget, tmp / f"ours_{case.name}", seed)
     per_iteration = cfg.algo.num_steps_per_env * cfg.sim.num_envs
-    every = max(1, round(budget / EVALS_PER_BUDGET / per_iteration))
+    every = max(1, round(budget / evals / per_iteration))
     print(f"robo_rl SAC on {cfg.task}: {cfg.sim.num_envs} worlds, batch {cfg.algo.batch_size}, "
           f"{cfg.algo.updates_per_step} gradient steps per vector step, evaluated every {every * per_iteration:,} "
           f"env steps", flush=True)
@@ -170,13 +183,13 @@ def sb3_env(case: Case, cfg: TrainConfig):
     return env, lambda a: a
 
 
-def race_sb3(case: Case, budget: int, seed: int, max_s: float, tmp: Path) -> Race:
+def race_sb3(case: Case, budget: int, evals: int, seed: int, max_s: float, tmp: Path) -> Race:
     from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
     cfg = our_config(case, budget, tmp / f"sb3_{case.name}", seed)
     env, to_ours = sb3_env(case, cfg)
-    every = max(1, round(budget / EVALS_PER_BUDGET))
+    every = max(1, round(budget / evals))
     print(f"stable-baselines3 SAC on {cfg.task}: 1 env, {case.sb3_kwargs or 'defaults'}, evaluated every "
           f"{every:,} env steps", flush=True)
     model = SAC("MlpPolicy", env, seed=seed, device="cpu", **case.sb3_kwargs)
@@ -239,11 +252,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--budget-scale", type=float, default=1.0, help="scale every env-step budget")
     p.add_argument("--sb3-max-s", type=float, default=480.0, help="stop SB3 after this many training seconds")
-    p.add_argument("--smoke", action="store_true", help="budgets of 1%% (a smoke run)")
-    args = p.parse_args(argv)
-    if args.smoke:
-        args.budget_scale = 0.01
-    return args
+    p.add_argument("--smoke", action="store_true", help="120 env steps each, evaluated once (a smoke run)")
+    return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     names: list[str] = list(CASES) if args.env == "all" else [args.env]
     with tempfile.TemporaryDirectory(prefix="bench_sac_") as tmp:
         for name in names:
-            case = CASES[name]
-            budget = max(1000, round(case.budget_steps * args.budget_scale))
-            ours = race_ours(case, budget, args.seed, Path(tmp))
-            sb3 = race_sb3(case, budget, args.seed, args.sb3_max_s, Path(tmp))
+            case = smoke_case(CASES[name]) if args.smoke else CASES[name]
+            budget = case.budget_steps if args.smoke else max(1000, round(case.budget_steps * args.budget_scale))
+            evals = SMOKE_EVALS_PER_BUDGET if args.smoke else EVALS_PER_BUDGET
+            ours = race_ours(case, budget, evals, args.seed, Path(tmp))
+            sb3 = race_sb3(case, budget, evals, args.seed, args.sb3_max_s, Path(tmp))
             lines.append(summary(case, ours, sb3)[0])
     print()
     for line in lines:

@@ -13,7 +13,7 @@ over rounds; each ratio is the median of the per-round ratios. A single chunk ca
 on this shared machine, so the default runs 40 rounds (1-2 min per task).
 
     python scripts/bench_sim.py                 # both tasks, N=1024
-    python scripts/bench_sim.py --smoke         # smaller, for a smoke test
+    python scripts/bench_sim.py --smoke         # a smoke test: tiny sizes, both backends (Warp's on its CPU device)
 
 With `--backend mujoco_warp [--device cuda:0]` it compares our TaskEnv on the MuJoCo Warp backend
 with raw `mujoco_warp.step` on the same model, N, buffers, initial state and ctrl (a CUDA graph of
@@ -296,26 +296,15 @@ def median_ratio(ours: list[float], others: list[list[float]]) -> float:
     return statistics.median(o / max(r) for o, *r in zip(ours, *others, strict=True))
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", nargs="+", default=["quadruped-walk-flat", "arm-reach"])
-    p.add_argument("--num-envs", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
-    p.add_argument("--rounds", type=int, default=40, help="rounds; each loop runs one timed chunk per round")
-    p.add_argument("--smoke", action="store_true", help="N=256, fewer chunks, for a smoke test")
-    p.add_argument("--backend", choices=("mujoco_cpu", "mujoco_warp"), default="mujoco_cpu")
-    p.add_argument("--device", default="cpu", help="mujoco_warp: cpu (Warp's CPU device) or cuda:N")
-    p.add_argument("--ppo-envs", type=int, default=4096, help="mujoco_warp on a GPU: worlds of the PPO run")
-    p.add_argument("--ppo-iterations", type=int, default=10, help="mujoco_warp on a GPU: timed PPO iterations")
-    args = p.parse_args()
-    if args.smoke:
-        args.num_envs, args.steps, args.rounds = 256, 10, 3
-    if args.backend == "mujoco_warp":
-        if args.smoke:
-            args.num_envs, args.steps, args.rounds, args.ppo_envs, args.ppo_iterations = 32, 4, 3, 512, 2
-        main_warp(args)
-        return
+SMOKE_SIZES = {
+    "mujoco_cpu": {"num_envs": 16, "steps": 2, "rounds": 2},
+    "mujoco_warp": {"num_envs": 8, "steps": 1, "rounds": 2, "ppo_envs": 512, "ppo_iterations": 2},
+}
+"""`--smoke`: the smallest sizes per backend that run every loop (2 rounds: the spread needs two ratios)."""
 
+
+def main_cpu(args: argparse.Namespace) -> None:
+    """Ours vs raw `mujoco.rollout` (and raw pausing as long as ours) on each task; prints the TARGET lines."""
     print(f"cores {CORES}, torch threads {torch.get_num_threads()}, N={args.num_envs}")
     print(f"medians over {args.rounds} rounds; in each round every loop runs one chunk in turn")
     targets = []
@@ -338,6 +327,25 @@ def main() -> None:
     for name, value, op, goal in targets:
         ok = value >= goal if op == ">=" else value <= goal
         print(f"TARGET {name} measured={value:.3f} goal={op}{goal} {'PASS' if ok else 'FAIL'}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tasks", nargs="+", default=["quadruped-walk-flat", "arm-reach"])
+    p.add_argument("--num-envs", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=20, help="policy steps per timed chunk of the batched runs")
+    p.add_argument("--rounds", type=int, default=40, help="rounds; each loop runs one timed chunk per round")
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny sizes (SMOKE_SIZES), for a smoke test; without --backend both backends in turn")
+    p.add_argument("--backend", choices=("mujoco_cpu", "mujoco_warp"), default=None, help="default: mujoco_cpu")
+    p.add_argument("--device", default="cpu", help="mujoco_warp: cpu (Warp's CPU device) or cuda:N")
+    p.add_argument("--ppo-envs", type=int, default=4096, help="mujoco_warp on a GPU: worlds of the PPO run")
+    p.add_argument("--ppo-iterations", type=int, default=10, help="mujoco_warp on a GPU: timed PPO iterations")
+    args = p.parse_args()
+    backends = [args.backend] if args.backend else ["mujoco_cpu", "mujoco_warp"] if args.smoke else ["mujoco_cpu"]
+    for backend in backends:
+        sized = argparse.Namespace(**{**vars(args), **SMOKE_SIZES[backend]}) if args.smoke else args
+        (main_warp if backend == "mujoco_warp" else main_cpu)(sized)
 
 
 if __name__ == "__main__":

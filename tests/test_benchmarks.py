@@ -13,13 +13,11 @@ TARGET = re.compile(r"^TARGET \w+ measured=[-\d.]+ goal=(>=|<=|>|<)[\d.]+ (PASS|
 
 
 SMOKE_RUNS = [  # (script, arguments, how many TARGET lines it prints)
-    ("bench_sim.py", ["--smoke", "--tasks", "arm-reach"], 1),  # ours vs raw mujoco.rollout
-    ("bench_sim.py", ["--smoke", "--backend", "mujoco_warp"], 2),  # ours vs raw mujoco_warp.step, both tasks
+    ("bench_sim.py", ["--smoke"], 4),  # both tasks: ours vs raw mujoco.rollout, then vs raw mujoco_warp.step
     ("bench_ppo.py", ["--smoke"], 2),  # update time and learning
     ("bench_render.py", ["--smoke", "--variants"], 1),
-    ("bench_gym_reference.py", ["--smoke"], 1),  # our PPO on Hopper-v5 vs RL Zoo
-    ("bench_gym_reference.py", ["--smoke", "--impl", "sb3"], 1),  # SB3's PPO from the same config
-    ("bench_sac.py", ["--smoke", "--sb3-max-s", "5"], 2),  # our SAC vs SB3's: Pendulum, arm-reach
+    ("bench_gym_reference.py", ["--smoke"], 2),  # our PPO, then SB3's from the same config, on Hopper-v5 vs RL Zoo
+    ("bench_sac.py", ["--smoke"], 2),  # our SAC vs SB3's: Pendulum, arm-reach
     ("bench_rlpd.py", ["--smoke"], 1),  # RLPD vs SAC on arm-pick-place
     ("bench_sac_locomotion.py", ["--smoke"], 1),  # SAC beside PPO on quadruped-walk-flat: PPO walks
     ("bench_demos.py", ["--smoke"], 2),  # 50 Hz recording with two cameras: drops, save blocking

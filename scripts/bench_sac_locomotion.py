@@ -9,6 +9,11 @@ tracking terms, the mean planar velocity error and the share of falls. SAC has n
 measurement. PPO's walk is the suite's former quadruped learning check, kept here as a target: its evaluation
 tracking reward per second (of a maximum 1.0; standing still earns ~0.33) must reach 0.45.
 
+A second part is the suite's former terrain learning check: PPO on quadruped-walk-rough with its terrain
+curriculum (256 worlds, 60 iterations, 3 m cells on 5 levels x 5 columns, no pushes; ~0.37 M steps, ~1.5 min).
+Robots start on level 0 and the curriculum promotes those that walk out of their cell: the mean terrain level of
+the first 5 iterations must stay below 0.02 and that of the last 5 must reach 0.1.
+
     PYTHONPATH=. python scripts/bench_sac_locomotion.py               # 2 x 10 min on 2 cores
     PYTHONPATH=. python scripts/bench_sac_locomotion.py --minutes 2
     PYTHONPATH=. python scripts/bench_sac_locomotion.py --smoke       # a smoke run
@@ -17,6 +22,7 @@ tracking reward per second (of a maximum 1.0; standing still earns ~0.33) must r
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from pathlib import Path
@@ -115,6 +121,75 @@ def train_and_evaluate(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     return result
 
 
+TERRAIN_OVERRIDES = (
+    "sim.num_envs=256", "runner.max_iterations=60", "env.randomization.push_interval_s=0",
+    "env.terrain.sub_terrain_size=3.0", "env.terrain.platform_size=1.0", "env.terrain.num_levels=5",
+    "env.terrain.num_columns=5",
+)
+"""PPO on quadruped-walk-rough (task defaults otherwise): 256 worlds, 60 iterations, 3 m cells, no pushes."""
+TERRAIN_SMOKE_OVERRIDES = ("sim.num_envs=16", "runner.max_iterations=3")
+"""`--smoke`: a few iterations of a few worlds (the terrain and the curriculum as in the full run)."""
+TERRAIN_START_MAX = 0.02
+"""Mean terrain level of the first 5 iterations must stay below: everyone starts on level 0."""
+TERRAIN_LEVEL_GOAL = 0.1
+"""Mean terrain level of the last 5 iterations that counts as the curriculum promoting walkers."""
+
+
+class _TerrainLevels:
+    """TrainLogger stand-in: keeps each iteration's mean terrain level (`Metrics/terrain_level`) and value loss."""
+
+    def __init__(self):
+        self.levels: list[float] = []
+        self.value_losses: list[float] = []
+
+    def log(self, iteration: int, scalars: dict[str, float], elapsed: float, final: bool) -> None:
+        if "Metrics/terrain_level" in scalars:
+            self.levels.append(scalars["Metrics/terrain_level"])
+        self.value_losses.append(scalars["Loss/value_loss"])
+
+    def video(self, iteration: int, *args) -> None:
+        pass
+
+
+def ppo_terrain_levels(args: argparse.Namespace, window: int = 5) -> tuple[float, float]:
+    """Train PPO on quadruped-walk-rough with the terrain curriculum (`TERRAIN_OVERRIDES`; `--smoke`: tiny);
+    returns the mean terrain level of the first and of the last `window` iterations.
+
+    Raises:
+        RuntimeError: the level was never logged or a value loss was not finite (a broken run, not a miss).
+    """
+    sizes = TERRAIN_SMOKE_OVERRIDES if args.smoke else ()
+    with tempfile.TemporaryDirectory(prefix="bench_terrain_") as tmp:
+        cfg = resolve_config({"task": "quadruped-walk-rough"}, [
+            *TERRAIN_OVERRIDES, *sizes, f"seed={args.seed}", "runner.eval_episodes=0",
+            "runner.save_interval=1000000", f"runner.log_dir={tmp}", "runner.run_name=terrain"])
+        print(f"PPO on {cfg.task} with the terrain curriculum: {cfg.sim.num_envs} worlds, "
+              f"{cfg.runner.max_iterations} iterations", flush=True)
+        runner = make_runner(cfg, Path(tmp) / "terrain")
+        rec = _TerrainLevels()
+        try:
+            runner.learn(rec)
+        finally:
+            runner.close()
+    if not rec.levels or not all(math.isfinite(v) for v in rec.value_losses):
+        raise RuntimeError(f"terrain run broken: {len(rec.levels)} levels logged, value losses {rec.value_losses}")
+    first, last = rec.levels[:window], rec.levels[-window:]
+    print(f"  {runner.iteration} iterations in {runner.train_time:.0f} s; mean terrain level per iteration "
+          f"{[round(v, 3) for v in rec.levels]}", flush=True)
+    return sum(first) / len(first), sum(last) / len(last)
+
+
+def print_terrain_target(first: float, last: float) -> None:
+    """The start check line and `TARGET ppo_terrain_level_rise`: PASS needs the last 5 iterations' mean level to
+    reach the goal and the first 5 iterations' to stay below `TERRAIN_START_MAX` (the rise is the curriculum's)."""
+    start_ok = first < TERRAIN_START_MAX
+    print(f"terrain level at the start (first 5 iterations) {first:.3f} < {TERRAIN_START_MAX}: "
+          f"{'ok' if start_ok else 'NOT ok (robots left level 0 at once)'}")
+    passed = start_ok and last >= TERRAIN_LEVEL_GOAL
+    print(f"TARGET ppo_terrain_level_rise measured={last:.3f} goal=>={TERRAIN_LEVEL_GOAL} "
+          f"{'PASS' if passed else 'FAIL'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_sac_loco_") as tmp:
@@ -129,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     walk = results["PPO"]["track_lin_vel_xy"]
     print(f"TARGET ppo_quadruped_track_lin_vel_per_s measured={walk:.3f} goal=>={PPO_WALK_GOAL} "
           f"{'PASS' if walk >= PPO_WALK_GOAL else 'FAIL'}")
+    print_terrain_target(*ppo_terrain_levels(args))
     return 0
 
 

@@ -19,7 +19,7 @@ SMOKE_RUNS = [  # (script, arguments, how many TARGET lines it prints)
     ("bench_gym_reference.py", ["--smoke"], 2),  # our PPO, then SB3's from the same config, on Hopper-v5 vs RL Zoo
     ("bench_sac.py", ["--smoke"], 2),  # our SAC vs SB3's: Pendulum, arm-reach
     ("bench_rlpd.py", ["--smoke"], 1),  # RLPD vs SAC on arm-pick-place
-    ("bench_sac_locomotion.py", ["--smoke"], 1),  # SAC beside PPO on quadruped-walk-flat: PPO walks
+    ("bench_sac_locomotion.py", ["--smoke"], 2),  # SAC beside PPO on quadruped-walk-flat: PPO walks; terrain level
     ("bench_demos.py", ["--smoke"], 2),  # 50 Hz recording with two cameras: drops, save blocking
     ("bench_reinflow.py", ["--smoke"], 2),  # flow-bc then ReinFlow on arm-pick-place, K = 4 and K = 1
 ]

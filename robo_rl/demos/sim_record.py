@@ -25,9 +25,8 @@ import torch
 
 from robo_rl.demos.dataset_metadata import camera, scalar, vector
 from robo_rl.demos.dataset_writer import DatasetWriter
-from robo_rl.tasks.experts import EXPERTS
+from robo_rl.tasks.experts import EXPERTS, make_expert_env
 from robo_rl.tasks.task_env import single_torch_thread
-from robo_rl.tasks.task_registry import make_env
 
 
 def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[str, Any]:
@@ -101,7 +100,7 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
                          "trained policy with --teacher RUN")
     if episodes < 1:
         raise ValueError(f"episodes = {episodes}: must be >= 1")
-    env = make_env(task, min(num_envs, episodes), seed=seed)
+    env = make_expert_env(task, min(num_envs, episodes), seed=seed)  # `cameras` are rendered by record_demos
     try:
         return record_demos(env, ScriptedExpert(task, env), episodes, out, task=task, source="scripted expert",
                             cameras=cameras, image_size=image_size, seed=seed, action_noise=action_noise,

@@ -11,11 +11,13 @@ goal cube, the target), as a demonstrator with perfect perception would:
   sends the world back to the approach.
 
 `rollout_expert` runs an expert until a number of episodes ended and returns their success rate and the
-transitions, for behaviour cloning and RLPD (format in `Demonstrations`).
+transitions, for behaviour cloning and RLPD (format in `Demonstrations`); `make_expert_env` builds a task's env
+for its expert (without rendering camera images the expert does not read).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +25,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.tasks.task_env import single_torch_thread
+from robo_rl.tasks.task_registry import make_env, task_config_class
 from robo_rl.terms.ee_delta_torch import dls_step, limit_step
 from robo_rl.terms.kinematics import serial_chain
 from robo_rl.terms.kinematics_torch import SerialChain
@@ -237,3 +240,12 @@ def rollout_expert(env: Any, expert: Any, num_episodes: int, *, seed: int | None
 EXPERTS: dict[str, type] = {"arm-reach": ReachExpert, "arm-pick-place": PickPlaceExpert,
                             "arm-pick-place-vision": PickPlaceExpert}
 """Task name -> its scripted expert class (called with the env)."""
+
+
+def make_expert_env(task: str, num_envs: int, *, seed: int = 0) -> Any:
+    """`task`'s env with its default config for its scripted expert: a task with a camera renders no "image"
+    group (`images: false`), since the expert reads the state (its scene, goal and instruction are the task's)."""
+    cfg = task_config_class(task)()
+    if getattr(cfg, "images", False):  # a camera task (e.g. arm-pick-place-vision)
+        cfg = dataclasses.replace(cfg, images=False)
+    return make_env(task, num_envs, cfg=cfg, seed=seed)

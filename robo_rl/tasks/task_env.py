@@ -56,7 +56,8 @@ class TaskEnv(DomainRandomization):
     base_joint: str | None = None
     """Name of the free joint of a floating-base robot (pushes act on it); None for fixed-base robots."""
     camera: str | None = None
-    """Camera rendered into the "image" observation group at `cfg.image_size` pixels square (None: no images)."""
+    """Camera rendered into the "image" observation group at `cfg.image_size` pixels square when `cfg.images` is
+    true (None: no images; a task with a camera has both fields in its config)."""
     instructions: tuple[str, ...] = ()
     """Task instructions; when set, the "text" group is each world's instruction index (`self.instruction`)."""
     start_grid_s = 0.2
@@ -383,7 +384,7 @@ class TaskEnv(DomainRandomization):
     def _extra_groups(self, fill_ids: Tensor | None, previous: dict[str, Tensor] | None) -> dict[str, Tensor]:
         """The "image" group (N, 3, H, W) uint8 of the task's camera and the "text" group (N,) instruction index."""
         out: dict[str, Tensor] = {}
-        if self.camera is not None:
+        if self.camera is not None and self.cfg.images:
             size = self.cfg.image_size
             if previous is not None and fill_ids is not None:
                 image = previous["image"].clone()

@@ -2,8 +2,9 @@
 
 One check per algorithm family, each about a minute or less on 2 cores: PPO here; SAC in test_sac_learning.py,
 BC in test_bc.py, flow-BC in tests/deploy/test_flow_deploy.py. Longer runs are benchmarks: the full quick start
-and PPO beside rsl_rl (scripts/bench_ppo.py --learning), PPO and SAC on quadruped-walk-flat
-(scripts/bench_sac_locomotion.py), ReinFlow after flow-BC (scripts/bench_reinflow.py)."""
+and PPO beside rsl_rl (scripts/bench_ppo.py --learning), PPO and SAC on quadruped-walk-flat and PPO raising
+quadruped-walk-rough's terrain level (scripts/bench_sac_locomotion.py), ReinFlow after flow-BC
+(scripts/bench_reinflow.py)."""
 
 import math
 

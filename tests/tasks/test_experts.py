@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from robo_rl.tasks.experts import EXPERTS, ReachExpert, rollout_expert
+from robo_rl.tasks.experts import EXPERTS, ReachExpert, make_expert_env, rollout_expert
 from robo_rl.tasks.task_registry import make_env
 
 
@@ -57,8 +57,9 @@ def test_clopper_pearson_lower_bound_matches_its_closed_forms():
 @pytest.mark.parametrize("task", list(EXPERTS))
 def test_expert_succeeds_as_surely_as_in_95_of_100_episodes(task):
     """The success probability's 95 % lower confidence bound from EPISODES episodes is at least the one that 95
-    successes in 100 episodes give (the former test, 3x the episodes)."""
-    env = make_env(task, EPISODES, seed=0)
+    successes in 100 episodes give (the former test, 3x the episodes). The expert's env, as `robo-rl record --expert`
+    builds it: the task's scene and goals, no camera images (the expert reads the state)."""
+    env = make_expert_env(task, EPISODES, seed=0)
     demo = rollout_expert(env, EXPERTS[task](env), EPISODES, seed=123, record=False)
     env.close()
     successes = int(demo.episode_success.sum())

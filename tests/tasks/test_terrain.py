@@ -314,27 +314,6 @@ def test_rough_task_resumes_bit_for_bit():
     assert torch.equal(a.terrain_level, b.terrain_level)
 
 
-@pytest.mark.slow
-def test_ppo_raises_the_terrain_level(tmp_path):
-    """PPO on the rough task (3 m cells, no pushes, 256 worlds, 60 iterations, ~0.37 M steps): robots start on
-    level 0 and the curriculum promotes those that walk out of their cell, so the mean level rises."""
-    from tests.learn.test_learning import mean_of, train
-
-    history = train(
-        "quadruped-walk-rough",
-        ["sim.num_envs=256", "runner.max_iterations=60", "runner.eval_episodes=0",
-         "env.randomization.push_interval_s=0",
-         "env.terrain.sub_terrain_size=3.0", "env.terrain.platform_size=1.0", "env.terrain.num_levels=5",
-         "env.terrain.num_columns=5"],
-        tmp_path,
-    )
-    assert len(history) == 60 and all(math.isfinite(h["Loss/value_loss"]) for h in history)
-    first = mean_of(history, "Metrics/terrain_level", lambda h: h[:5])
-    last = mean_of(history, "Metrics/terrain_level", lambda h: h[-5:])
-    assert first < 0.02  # everyone starts on level 0; only a lucky few leave their cell at once
-    assert last > 0.1, f"mean terrain level {first:.3f} -> {last:.3f} after 60 iterations"
-
-
 def test_stairs_evaluation_config_is_up_stairs_at_one_level_without_pushes():
     """scripts/eval_rough_stairs.py's config: every column stairs_up, one level, no curriculum or pushes."""
     script = load_script("eval_rough_stairs")

@@ -40,6 +40,27 @@ def test_only_reset_worlds_are_rendered_again_and_images_follow_the_state():
     env.close()
 
 
+def test_without_images_the_task_is_the_same_but_renders_nothing():
+    """`images: false` (state-based baselines, the scripted expert's env): no "image" group, nothing rendered; the
+    state observations, instructions and rewards are those of the task with images."""
+    from robo_rl.tasks.arm_pick_place import ArmPickPlaceVisionConfig
+    from robo_rl.tasks.experts import make_expert_env
+
+    with_images = make_env("arm-pick-place-vision", 3, seed=4)
+    without = make_env("arm-pick-place-vision", 3, seed=4, cfg=ArmPickPlaceVisionConfig(images=False))
+    a, b = with_images.reset(random_start=False), without.reset(random_start=False)
+    assert "image" in a and set(b) == {"policy", "critic", "text"}
+    action = torch.full((3, without.action_dim), 0.5)
+    for _ in range(3):
+        (a, ra, *_), (b, rb, *_) = with_images.step(action), without.step(action)
+        assert "image" not in b and torch.equal(a["policy"], b["policy"]) and torch.equal(a["text"], b["text"])
+        assert torch.equal(ra, rb)
+    expert_env = make_expert_env("arm-pick-place-vision", 2)
+    assert expert_env.cfg.images is False and "image" not in expert_env.reset()
+    for env in (with_images, without, expert_env):
+        env.close()
+
+
 def test_contract_records_camera_and_instructions():
     env = make_env("arm-pick-place-vision", 1)
     extra = env.contract.extra

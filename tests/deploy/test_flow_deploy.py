@@ -12,9 +12,13 @@ from robo_rl.export.onnx_export import export_policy
 from tests.conftest import REPO
 from tests.deploy.test_deploy_closed_loop import ramp_to_policy, run_ticks
 
-pytestmark = pytest.mark.slow  # demonstrations, flow-bc, export and 16 twin episodes: ~1.5 min
+pytestmark = pytest.mark.slow  # flow-bc (~1 min), export (~6 s, mostly torch's ONNX exporter), 16 twin episodes (~2 s)
 
 TARGETS = 16
+FLOW_BC_ITERATIONS = 60
+"""Of 100 gradient steps each. The simulated success of 32 episodes swings from checkpoint to checkpoint before ~60
+iterations (0.31-1.0 over seeds 0-4 at 35-55 iterations; 6 of 25 below 0.6) and settles after: 0.72-0.97 over seeds
+0-7 at 60 and 0.72-1.0 at 70-100 (seed 0: 0.719 at 60 and at 100)."""
 
 
 def reach_from_home(session, num_targets: int) -> np.ndarray:
@@ -43,7 +47,8 @@ def test_flow_bc_reach_policy_on_the_twin_succeeds_as_in_simulation(reach_demos_
     """Flow-BC from the 50 noisy expert demonstrations (tests.conftest.reach_demos_50, shared with BC's check)."""
     runs = tmp_path / "runs"
     assert cli.main(["train", "--task", "arm-reach", "--algo", "flow-bc", "--dataset", str(reach_demos_50),
-                     "--max-iterations", "100", "--set", f"runner.log_dir={runs}", "--set", "runner.eval_episodes=0",
+                     "--max-iterations", str(FLOW_BC_ITERATIONS), "--set", f"runner.log_dir={runs}",
+                     "--set", "runner.eval_episodes=0",
                      "--run-name", "flow", "--set", "runner.progress_bar=false",
                      "--set", "policy.horizon=2", "--set", "policy.execute_steps=2"]) == 0
     contract = export_policy(runs / "flow", tmp_path / "reach_flow.onnx", parity_envs=32)

@@ -237,11 +237,13 @@ class PolicyRuntime:
             raise ValueError("activate before configure: no policy loaded")
         if self.active:
             raise ValueError("already active")
-        first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
-        c = self.attach(robot)
         # Collect the start-up garbage now (imports, loading): a full collection triggered in the first ticks
         # pauses every thread, the twin's physics included, for tens of ms (a stale-state fault on a busy host).
+        # Before the wait for fresh state, never after it: in a big process the collection itself outlasts the
+        # state timeout, and the first tick would find the state it waited for already stale.
         gc.collect()
+        first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
+        c = self.attach(robot)
         c.request_ramp()
         self._stop.clear()
         self._thread = threading.Thread(target=c.run, kwargs={"stop_event": self._stop}, daemon=True,

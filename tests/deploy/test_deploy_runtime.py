@@ -164,6 +164,40 @@ def test_cmd_vel_times_out_to_zero(make_runtime):
     assert granted or any("real-time priority 50 refused" in line for line in rt.lines)
 
 
+class StallingTwin(Recorder):
+    """The twin as a DDS robot sees it across a full garbage collection of a big process: no sample is taken in while
+    the collection holds every thread, so the first read after it still returns the last state from before."""
+
+    def __init__(self, robot):
+        super().__init__(robot)
+        self.frozen: RobotState | None = None
+
+    def read_state(self) -> RobotState:
+        if self.frozen is not None:
+            state, self.frozen = self.frozen, None
+            return state
+        return self.robot.read_state()
+
+    def stall(self, seconds: float) -> None:
+        self.frozen = self.robot.read_state()
+        time.sleep(seconds)
+
+
+def test_start_up_garbage_collection_leaves_the_first_tick_a_fresh_state(make_runtime, monkeypatch):
+    """activate collects the start-up garbage before it waits for fresh state, not between that state and the first
+    tick: a collection longer than the state timeout there made the first tick fault stale_state (seen in the full
+    test suite's big process: DAMP, 0 missed ticks)."""
+    import types
+
+    rt = make_runtime()
+    twin = StallingTwin(rt.twin.robot)
+    stall_s = 4 * rt.hw.safety.state_timeout_s
+    monkeypatch.setattr("robo_rl.deploy.runtime.gc", types.SimpleNamespace(collect=lambda: twin.stall(stall_s)))
+    rt.activate(twin)
+    wait_for(lambda: rt.controller.mode is Mode.READY or rt.controller.last_fault, 10.0, "READY or a fault")
+    assert rt.controller.mode is Mode.READY and rt.controller.last_fault is None, rt.controller.status_line()
+
+
 def test_activate_needs_fresh_state_and_config_is_checked(tmp_path):
     class Silent:
         def read_state(self):

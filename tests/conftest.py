@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.workers import RunLock, made_once, run_folder
+
 REPO = Path(__file__).resolve().parents[1]
 USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "robo_rl"
 """What the tests build once per machine and reuse from any clone: side venvs, Warp's compiled kernels."""
@@ -16,6 +18,11 @@ USER_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / 
 # machine loads them in seconds instead of compiling for minutes (robo_rl.sim.mjmodel.configure_warp reads this;
 # the tests' subprocesses inherit it).
 os.environ.setdefault("ROBO_RL_WARP_CACHE", str(USER_CACHE / "warp"))
+# A test worker (tests/workers.py) has a core of its own: torch computes on one thread in it and in the processes its
+# tests start. Measured on 2 cores, the flow-BC check: 81 s on two spinning threads (the other core idle), 98 s on one
+# thread; sleeping threads (OMP_WAIT_POLICY=PASSIVE) make it 143 s.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def cached_venv(name: str, pins: bytes, env_var: str) -> Path:
@@ -81,14 +88,16 @@ def sigkill_then_resume(cli, tmp_path: Path, train_args: list[str], *, iteration
 @pytest.fixture(scope="session")
 def reach_demos_50(tmp_path_factory) -> Path:
     """50 scripted-expert arm-reach episodes recorded with action noise 0.2 by `robo-rl record` (25 worlds, seed 0):
-    one LeRobot v3 dataset, recorded once per session, that the BC and flow-BC learning checks train from (read
-    only). It is the dataset the flow-BC check recorded for itself before (BC's recorded 50 worlds at once)."""
-    root = tmp_path_factory.mktemp("demos") / "reach50"
-    rec = run_cli("record", "--task", "arm-reach", "--expert", "--episodes", "50", "--noise", "0.2", "--num-envs",
-                  "25", "--out", str(root))
-    assert rec.returncode == 0, rec.stderr
-    assert "50 episodes" in rec.stdout, rec.stdout
-    return root
+    one LeRobot v3 dataset, recorded once per run by whichever test worker asks first, that the BC and flow-BC
+    learning checks train from (read only)."""
+
+    def record(root: Path) -> None:
+        rec = run_cli("record", "--task", "arm-reach", "--expert", "--episodes", "50", "--noise", "0.2", "--num-envs",
+                      "25", "--out", str(root))
+        assert rec.returncode == 0, rec.stderr
+        assert "50 episodes" in rec.stdout, rec.stdout
+
+    return made_once(run_folder(tmp_path_factory), "reach50", record)
 
 
 @pytest.fixture
@@ -105,23 +114,67 @@ def dds_domain(monkeypatch) -> int:
     return random_domain()
 
 
+RUN_LOCK = pytest.StashKey[RunLock]()
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; a venv without xdist (mjlab's) runs these tests too
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (the README's test command): one worker per core, at most 4 (a learning check's worker holds
+    1-2 GiB; more workers would not shorten a run its longest file bounds)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "side_venv(name): runs in the side virtualenv `name` (tests/side_venvs.py)")
+    if hasattr(config, "workerinput"):  # an xdist worker; its basetemp is <the run's basetemp>/gwN
+        config.stash[RUN_LOCK] = RunLock(Path(config.option.basetemp).parent)
+    else:  # not a worker, though maybe started by a test that runs in one (the mjlab venv's pytest)
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            os.environ.pop(name, None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a `realtime` test runs (set-up to tear-down) while the other workers run nothing; the others
+    share the cores (tests/workers.py)."""
+    lock = item.config.stash.get(RUN_LOCK, None)
+    if lock is None:
+        return (yield)
+    with lock.exclusive() if item.get_closest_marker("realtime") else lock.shared():
+        return (yield)
+
+
+def _file_key(item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 def pytest_collection_modifyitems(config, items):
-    """The tests that run in a side venv go last, and a venv they need that is not built yet starts building in the
-    background now, so the build overlaps the rest of the suite (tests/side_venvs.py)."""
-    in_venv = [item for item in items if item.get_closest_marker("side_venv")]
-    if not in_venv:
-        return
-    items[:] = [item for item in items if not item.get_closest_marker("side_venv")] + in_venv
+    """The run's order, file by file (under `--dist loadfile` a worker takes a whole file):
+    1. the files that hold a `realtime` test: those tests run alone, and at the start the other workers wait for short
+       tests, not for a learning check that ends minutes later (tests/workers.py);
+    2. the files that hold a `slow` test (the learning checks, 0.5-1.5 min each), so that no worker is left running
+       one alone at the end;
+    3. the rest;
+    4. the files that run in a side venv not built yet: its build starts in the background now and overlaps the rest
+       of the suite (tests/side_venvs.py).
+    Every worker orders its collection the same way (xdist requires it)."""
     from tests.side_venvs import start_builds
 
-    names = sorted({item.get_closest_marker("side_venv").args[0] for item in in_venv})
-    building = start_builds(names)
+    venvs = {m.args[0] for item in items if (m := item.get_closest_marker("side_venv"))}
+    building = set(start_builds(sorted(venvs))) if venvs else set()
     if building:
-        print(f"\nbuilding the side venvs {', '.join(building)} in the background (once per machine)")
+        print(f"\nbuilding the side venvs {', '.join(sorted(building))} in the background (once per machine)")
+    realtime = {_file_key(item) for item in items if item.get_closest_marker("realtime")}
+    slow = {_file_key(item) for item in items if item.get_closest_marker("slow")}
+
+    def part(item) -> int:
+        venv = item.get_closest_marker("side_venv")
+        if venv is not None and venv.args[0] in building:
+            return 3
+        key = _file_key(item)
+        return 0 if key in realtime else 1 if key in slow else 2
+
+    items.sort(key=part)  # stable: the order within each part is kept
 
 
 def pytest_sessionfinish(session, exitstatus):

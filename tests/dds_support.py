@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.workers import worker_slot
 
 pytest.importorskip("cyclonedds", reason="the DDS transport needs cyclonedds (pip install '.[dds]')")
 
@@ -29,8 +30,10 @@ LOOPBACK_URI = loopback_config()
 
 
 def random_domain() -> int:
-    """A domain id no other test run is likely to use at the same moment."""
-    return random.SystemRandom().randint(1, MAX_DOMAIN_ID)
+    """A domain id no other test run is likely to use at the same moment; never one another worker of this run
+    can draw (worker i of n draws from 1 + i, 1 + i + n, 1 + i + 2n, ...)."""
+    index, count = worker_slot()
+    return random.SystemRandom().choice(range(1 + index, MAX_DOMAIN_ID + 1, count))
 
 
 def dds_env() -> dict[str, str]:

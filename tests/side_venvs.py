@@ -10,6 +10,7 @@ when one of those venvs is not built yet, starts `start_builds` as the session b
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -17,6 +18,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,17 +75,35 @@ class _Builds:
     def run(self, venvs: list[SideVenv]) -> None:
         for venv in venvs:
             if not self.stopping:
-                log = USER_CACHE / "venvs" / f"{venv.name}-build.log"
-                log.parent.mkdir(parents=True, exist_ok=True)
-                with open(log, "w") as out:
-                    self.current = subprocess.Popen([*IDLE_PRIORITY, *venv.command], cwd=REPO, env=venv.env, stdout=out,
-                                                    stderr=subprocess.STDOUT, start_new_session=True)
-                    code = self.current.wait()
-                self.results[venv.name] = subprocess.CompletedProcess(venv.command, code, log.read_text(), "")
+                with build_lock(venv.name):  # another test worker's build of it runs to its end first
+                    if not venv.ready():
+                        self._build(venv)
             self.done[venv.name].set()
+
+    def _build(self, venv: SideVenv) -> None:
+        log = USER_CACHE / "venvs" / f"{venv.name}-build.log"
+        with open(log, "w") as out:
+            self.current = subprocess.Popen([*IDLE_PRIORITY, *venv.command], cwd=REPO, env=venv.env, stdout=out,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+            code = self.current.wait()
+        self.results[venv.name] = subprocess.CompletedProcess(venv.command, code, log.read_text(), "")
 
 
 _BUILDS = _Builds()
+
+
+@contextmanager
+def build_lock(name: str) -> Iterator[None]:
+    """Held while a process builds the side venv `name`: the suite's test workers (tests/workers.py) each start the
+    builds they need, and the second waits for the first instead of building the same venv beside it."""
+    folder = USER_CACHE / "venvs"
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def start_builds(names: list[str]) -> list[str]:
@@ -109,4 +130,5 @@ def wait_for(name: str, timeout: float = 1800) -> SideVenv:
     event = _BUILDS.done.get(name)
     if event is not None and not event.wait(timeout):
         raise TimeoutError(f"the {name} venv's background build still runs after {timeout:g} s")
-    return side_venv(name)
+    with build_lock(name):  # a build in another test worker has ended
+        return side_venv(name)

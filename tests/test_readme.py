@@ -23,7 +23,8 @@ PATH_FLAGS = ("--policy", "--robot", "--config")
 
 def test_readme_has_its_commands():
     assert LINES[:2] == ["bash scripts/setup.sh && .venv/bin/robo-rl train --task arm-reach --video",
-                         "bash scripts/setup.sh && .venv/bin/python -m pytest"]
+                         "bash scripts/setup.sh && .venv/bin/python -m pytest -n auto --dist loadfile"]
+    assert (REPO / ".ci" / "run").read_text().splitlines()[-1] == LINES[1].split(" && ")[1]  # CI runs that command
     assert {args[0] for args in ROBO_RL} == {"train", "tasks", "play", "export", "deploy", "twin", "record", "replay",
                                              "dataset"}
 

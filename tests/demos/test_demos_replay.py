@@ -78,6 +78,7 @@ def test_episode_re_renders_on_the_twin(tmp_path, cli):
     assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).mean() > 0.5  # the arm moved in the picture
 
 
+@pytest.mark.realtime  # records on the real-time twin
 def test_deploy_records_its_policy_ticks_and_they_replay(tmp_path, cli):
     """`robo-rl deploy --record` on the real-time twin (3 s soft start, then POLICY), then `robo-rl replay`."""
     done = cli("deploy", "--policy", str(REPO / "policies" / "panda_reach.onnx"), "--robot", str(PANDA),
@@ -136,6 +137,7 @@ def test_a_transport_registered_here_replays_an_episode(tmp_path):
     assert used["commands"] > 60  # RAMP, then one command per replayed tick, through this transport
 
 
+@pytest.mark.realtime  # replays in real time
 def test_a_real_robot_transport_replays_in_real_time_on_confirmation(tmp_path):
     """Not a rehearsal: refused without the operator's confirmation; with it, asked once the first pose is held."""
     record_policy_on_twin(tmp_path / "rec", 25, [0.5, 0.1, 0.4])

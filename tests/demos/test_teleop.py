@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.teleop import TeleopInput, gamepad_input, joy_input, keyboard_input, record_teleop, spacemouse_input
@@ -48,6 +49,7 @@ def test_teleoperating_the_twin_moves_the_hand_and_records_it(tmp_path):
     assert reader.episode(0)["observation.images.scene"].shape == (101, 64, 64, 3)
 
 
+@pytest.mark.realtime  # key holds and releases are timed
 def test_keyboard_device_reads_a_real_terminal():
     """Keys typed into a pseudo-terminal: held keys move, pressed keys are events, once each."""
     import os

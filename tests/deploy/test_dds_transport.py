@@ -32,6 +32,8 @@ from robo_rl.deploy.transports.sim import SimRobot  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402
 from tests.dds_support import Probe, relaxed_hardware, start_cli, start_twin, stop_process, wait_until  # noqa: E402
 
+pytestmark = pytest.mark.realtime  # processes talk over DDS at their own rates (tests/workers.py)
+
 PANDA = load_hardware(REPO / "hardware" / "panda.yaml")
 GO2 = load_hardware(REPO / "hardware" / "go2.yaml")
 PD_TOPIC = "rt/pd_targets_controller/commands"

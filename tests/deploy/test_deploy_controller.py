@@ -467,6 +467,7 @@ def test_keyboard_interrupt_shuts_down():
     assert_damping_only([robot.sent[-1][1]], ctrl.hw)
 
 
+@pytest.mark.realtime  # counts the ticks of 0.5 s at 50 Hz
 def test_real_time_run_tick_count():
     robot = FakeRobot(time.monotonic)
     ctrl = Controller(robot, arm_hw(), None, np.zeros(3), rate_hz=50.0)

@@ -13,6 +13,8 @@ from robo_rl.deploy.session import make_robot
 from robo_rl.deploy.state_machine import Mode
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.realtime  # the control loop runs on its own thread at 50 Hz (tests/workers.py)
+
 
 def quick_hardware(tmp_path, robot: str) -> str:
     """The robot's hardware file with a 0.5 s soft start (the shortest safe one), so the tests run quickly."""

@@ -72,6 +72,7 @@ def test_twin_refuses_a_base_that_disagrees_with_the_hardware_kind():
         SimRobot(REPO / "envs" / "panda.xml", replace(PANDA, kind="legged"), control_dt=0.02)
 
 
+@pytest.mark.realtime  # the deploy command runs the twin in real time
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_deploy_command_stops_safely_on_signal(sig):
     proc = subprocess.Popen(

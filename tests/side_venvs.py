@@ -10,7 +10,6 @@ when one of those venvs is not built yet, starts `start_builds` as the session b
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -18,12 +17,11 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import REPO, USER_CACHE, cached_venv, load_script
+from tests.workers import file_lock
 
 
 @dataclass(frozen=True)
@@ -92,18 +90,12 @@ class _Builds:
 _BUILDS = _Builds()
 
 
-@contextmanager
-def build_lock(name: str) -> Iterator[None]:
+def build_lock(name: str):
     """Held while a process builds the side venv `name`: the suite's test workers (tests/workers.py) each start the
     builds they need, and the second waits for the first instead of building the same venv beside it."""
     folder = USER_CACHE / "venvs"
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{name}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    return file_lock(folder / f"{name}.lock")
 
 
 def start_builds(names: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The suite runs in pytest-xdist workers, one per core (pyproject.toml's addopts: `-n auto --dist loadfile`); what
+"""The suite runs in pytest-xdist workers, one per core (the README's test command: `-n auto --dist loadfile`); what
 the workers of one run share.
 
 - **Real-time tests run alone.** A test marked `realtime` asserts wall-clock behaviour (a control loop's tick count,
@@ -36,7 +36,8 @@ def run_folder(tmp_path_factory) -> Path:
 
 
 @contextmanager
-def _flock(path: Path, mode: int) -> Iterator[None]:
+def file_lock(path: Path, mode: int = fcntl.LOCK_EX) -> Iterator[None]:
+    """flock(2) `path` (created if missing) in `mode` for the block; shared by processes and by threads alike."""
     with open(path, "a") as f:
         fcntl.flock(f, mode)
         try:
@@ -49,7 +50,7 @@ def made_once(folder: Path, name: str, make: Callable[[Path], None]) -> Path:
     """`folder/name` (folder: the `run_folder`), made by `make(path)` in the first worker that asks; the others wait
     for it. A make that fails leaves no mark, so the next worker that asks makes it again (and fails the same way)."""
     path, done = folder / name, folder / f"{name}.made"
-    with _flock(folder / f"{name}.lock", fcntl.LOCK_EX):
+    with file_lock(folder / f"{name}.lock", fcntl.LOCK_EX):
         if not done.exists():
             make(path)
             done.touch()
@@ -69,7 +70,7 @@ class RunLock:
 
     @contextmanager
     def shared(self) -> Iterator[None]:
-        with _flock(self.gate, fcntl.LOCK_SH):
+        with file_lock(self.gate, fcntl.LOCK_SH):
             run = open(self.run, "a")
             fcntl.flock(run, fcntl.LOCK_SH)
         try:
@@ -80,5 +81,5 @@ class RunLock:
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        with _flock(self.gate, fcntl.LOCK_EX), _flock(self.run, fcntl.LOCK_EX):
+        with file_lock(self.gate, fcntl.LOCK_EX), file_lock(self.run, fcntl.LOCK_EX):
             yield

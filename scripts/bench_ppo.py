@@ -399,8 +399,8 @@ def train_rsl(cfg, std_type: str, eval_episodes: int) -> dict:
     if eval_episodes:
         policy = runner.get_inference_policy()
         eval_env = build_env(cfg, num_envs=eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET)
-        def act(obs: torch.Tensor) -> torch.Tensor:
-            return policy(TensorDict({"policy": obs}, batch_size=[obs.shape[0]]))
+        def act(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+            return policy(TensorDict({"policy": obs["policy"]}, batch_size=[obs["policy"].shape[0]]))
 
         try:
             metrics = run_episodes(eval_env, act)["metrics"]

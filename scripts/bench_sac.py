@@ -196,8 +196,8 @@ def race_sb3(case: Case, budget: int, evals: int, seed: int, max_s: float, tmp: 
     race = Race("SB3", case.threshold)
     evaluation = eval_env(cfg, case.eval_episodes)
 
-    def policy(obs: torch.Tensor) -> torch.Tensor:
-        actions, _ = model.predict(obs.numpy(), deterministic=True)
+    def policy(obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        actions, _ = model.predict(obs["policy"].numpy(), deterministic=True)
         return torch.as_tensor(to_ours(actions), dtype=torch.float32)
 
     class Clock(BaseCallback):

@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from robo_rl.core.config import load_yaml  # noqa: E402
 from robo_rl.learn.builders import build_env, resolve_config  # noqa: E402
-from robo_rl.learn.evaluation import rollout  # noqa: E402
+from robo_rl.learn.evaluation import inference_actor, rollout  # noqa: E402
 from robo_rl.learn.runner import Runner, make_runner  # noqa: E402
 
 PRESETS = {"PPO": "quadruped-walk-flat.yaml", "SAC": "quadruped-walk-flat-sac.yaml"}
@@ -68,7 +68,7 @@ def evaluate(runner: Runner, episodes: int, seed: int) -> dict[str, float]:
     active = torch.ones(n, dtype=torch.bool)
     sums, steps = env.episode_sums.clone(), env.episode_steps.clone()  # before the step that ends an episode
     try:
-        for step in rollout(env, runner.policy.act_inference):
+        for step in rollout(env, inference_actor(runner.policy)):
             out["return"] += step.reward * active
             episode = step.info["episode"]
             if episode:

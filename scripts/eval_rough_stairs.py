@@ -19,7 +19,7 @@ import sys
 import torch
 
 from robo_rl.learn.builders import build_env, load_policy, load_trained
-from robo_rl.learn.evaluation import rollout
+from robo_rl.learn.evaluation import inference_actor, rollout
 from robo_rl.tasks.terrain import TERRAIN_TYPES
 
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         env = build_env(stairs_config(cfg, level, args.speed), num_envs=args.episodes, seed=args.seed)
         try:
             step_height = float(env.terrain.difficulty_values[level, 0])
-            gain, fell = climb_episodes(env, load_policy(state, cfg, env).act_inference)
+            gain, fell = climb_episodes(env, inference_actor(load_policy(state, cfg, env)))
         finally:
             env.close()
         steps = gain / step_height

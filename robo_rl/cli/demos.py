@@ -65,6 +65,7 @@ def _record_teacher(args: argparse.Namespace, progress: Callable[[int], None]) -
 
     from robo_rl.demos.sim_record import PolicyActor, record_demos
     from robo_rl.learn.builders import load_policy, load_trained
+    from robo_rl.learn.evaluation import inference_actor
     from robo_rl.tasks.task_registry import make_env
 
     _, state, cfg = load_trained(args.teacher)
@@ -76,7 +77,7 @@ def _record_teacher(args: argparse.Namespace, progress: Callable[[int], None]) -
     try:
         with torch.no_grad():
             policy = load_policy(state, cfg, env)
-        return record_demos(env, PolicyActor(policy.act_inference), args.episodes, args.out, task=args.task,
+        return record_demos(env, PolicyActor(inference_actor(policy)), args.episodes, args.out, task=args.task,
                             source=f"teacher policy {Path(args.teacher).name}", cameras=args.cameras,
                             image_size=args.image_size, seed=args.seed, action_noise=args.noise, progress=progress)
     finally:

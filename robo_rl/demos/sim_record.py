@@ -75,12 +75,12 @@ class PolicyActor:
     """A trained policy's deterministic actions (e.g. a PPO or SAC teacher's `act_inference`) as an actor:
     (obs groups) -> actions (N, A); stateless between episodes."""
 
-    def __init__(self, act: Callable[[torch.Tensor], torch.Tensor]):
+    def __init__(self, act: Callable[[dict[str, torch.Tensor]], torch.Tensor]):
         self.act = act
-        """Policy observations (N, O) -> actions (N, A)."""
+        """Observation groups -> actions (N, A) (`robo_rl.learn.evaluation.inference_actor`)."""
 
     def __call__(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
-        return self.act(obs["policy"])
+        return self.act(obs)
 
     def reset(self, ids: torch.Tensor) -> None:
         pass

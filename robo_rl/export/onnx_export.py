@@ -37,7 +37,7 @@ from robo_rl.core.files import atomic_write
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import check_output_file
-from robo_rl.learn.evaluation import rollout, run_episodes
+from robo_rl.learn.evaluation import inference_actor, rollout, run_episodes
 from robo_rl.learn.run_folder import read_provenance
 from robo_rl.terms import ACTION_TERMS, validate_contract
 
@@ -159,7 +159,7 @@ def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
 
 def record_observations(env: Any, policy: nn.Module, steps: int) -> Tensor:
     """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
-    visited = itertools.islice(rollout(env, policy.act_inference, random_start=True), steps)
+    visited = itertools.islice(rollout(env, inference_actor(policy), random_start=True), steps)
     return torch.cat([step.obs["policy"] for step in visited])
 
 
@@ -192,7 +192,7 @@ def export_policy(
         policy = load_policy(state, cfg, env)
         obs = record_observations(env, policy, parity_steps)  # (B, O)
         # one deterministic episode per world: the task metric in training, recorded in the contract
-        evaluation = run_episodes(env, policy.act_inference) if evaluate else None
+        evaluation = run_episodes(env, inference_actor(policy)) if evaluate else None
         contract = contract.with_run(
             run_id=ckpt_path.parent.name,
             config_hash=state["config_hash"],

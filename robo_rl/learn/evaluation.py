@@ -38,15 +38,28 @@ class RolloutStep:
     info: dict[str, Any]
 
 
+Actor = Callable[[dict[str, Tensor]], Tensor]
+"""What drives a rollout: observation groups ({"policy": (N, O), "image": ..., ...}) -> actions (N, A) (or chunks)."""
+
+
+def inference_actor(policy: Any) -> Actor:
+    """The deterministic actor of a trained policy module (`act_inference`), fed the groups it reads: the whole
+    observation dict for a policy that declares `reads_observation_groups` (a VLA: image, instruction, state), the
+    "policy" group (N, O) for every other."""
+    if getattr(policy, "reads_observation_groups", False):
+        return policy.act_inference
+    return lambda obs: policy.act_inference(obs["policy"])
+
+
 @torch.no_grad()
-def rollout(env, policy: Callable[[Tensor], Tensor], *, random_start: bool = False) -> Iterator[RolloutStep]:
-    """Reset `env`, then step it with `policy` (raw policy observations (N, O) -> actions (N, A)) forever.
+def rollout(env, policy: Actor, *, random_start: bool = False) -> Iterator[RolloutStep]:
+    """Reset `env`, then step it with `policy` (observation groups -> actions (N, A)) forever.
 
     The caller stops iterating when it has what it needs. `random_start` as in `TaskEnv.reset`.
     """
     obs = env.reset(random_start=random_start)
     while True:
-        actions = policy(obs["policy"])
+        actions = policy(obs)
         next_obs, reward, terminated, truncated, info = env.step(actions)
         yield RolloutStep(obs, actions, next_obs, reward, terminated, truncated, info)
         obs = next_obs
@@ -62,7 +75,7 @@ def on_every_step(env, callback: Callable[[Tensor], None]) -> bool:
     return True
 
 
-def run_episodes(env, policy: Callable[[Tensor], Tensor], *, video_frames: list | None = None) -> dict[str, Any]:
+def run_episodes(env, policy: Actor, *, video_frames: list | None = None) -> dict[str, Any]:
     """Run each world of `env` for exactly one episode; returns mean return and mean task metrics.
 
     With `video_frames`, frames of world 0 during its episode are appended to it (every env step, also
@@ -122,7 +135,7 @@ def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str
             if not hasattr(policy.actor, "step_noise"):
                 raise ConfigError(f"step noise: the {cfg.algo_name} policy of this run is not a flow policy")
             policy.actor.step_noise = step_noise
-        result = run_episodes(env, policy.act_inference, video_frames=frames)
+        result = run_episodes(env, inference_actor(policy), video_frames=frames)
     finally:
         env.close()
     if video:

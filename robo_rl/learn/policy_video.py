@@ -49,9 +49,10 @@ def image_grid(images: torch.Tensor, *, columns: int, scale: int = 1) -> np.ndar
 
 @torch.no_grad()
 def record_episodes(
-    env, policy: Callable[[torch.Tensor], torch.Tensor], episodes: int, *, size: tuple[int, int] = (320, 240)
+    env, policy: Callable[[dict[str, torch.Tensor]], torch.Tensor], episodes: int, *,
+    size: tuple[int, int] = (320, 240)
 ) -> list[np.ndarray]:
-    """Frames of world 0 over `episodes` episodes of `env` driven by `policy` (raw obs -> actions)."""
+    """Frames of world 0 over `episodes` episodes of `env` driven by `policy` (observation groups -> actions)."""
     frames = []
     done_count = 0
     render = lambda: frames.append(env.render(0, width=size[0], height=size[1]))  # noqa: E731

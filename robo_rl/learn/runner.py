@@ -32,7 +32,7 @@ from robo_rl.learn.checkpoint import (
     load_run_checkpoint,
     save_checkpoint,
 )
-from robo_rl.learn.evaluation import run_episodes
+from robo_rl.learn.evaluation import inference_actor, run_episodes
 from robo_rl.learn.logger import TrainLogger
 from robo_rl.learn.policy_video import record_episodes
 from robo_rl.learn.train_config import TrainConfig
@@ -253,7 +253,7 @@ class Runner:
         """
         env = build_env(self.cfg, num_envs=1, seed=self.cfg.seed + 12345)
         try:
-            frames = record_episodes(env, self.policy.act_inference, self.cfg.runner.video_episodes)
+            frames = record_episodes(env, inference_actor(self.policy), self.cfg.runner.video_episodes)
         finally:
             env.close()
         path = self.run_dir / "videos" / f"eval_{self.iteration:06d}.mp4"
@@ -264,7 +264,7 @@ class Runner:
         """Mean return and task metrics of the deterministic policy, one episode per world of a fresh env."""
         env = build_env(self.cfg, num_envs=episodes, seed=self.cfg.seed + 54321)
         try:
-            return run_episodes(env, self.policy.act_inference)
+            return run_episodes(env, inference_actor(self.policy))
         finally:
             env.close()
 

@@ -11,7 +11,7 @@ import torch
 
 from robo_rl.core.config import ConfigError
 from robo_rl.learn.algorithms.bc import FlowPolicyConfig, chunk_indices
-from robo_rl.learn.networks.flow import FlowPolicy, NoiseNet, chain_log_prob, euler_sample
+from robo_rl.learn.networks.flow import FlowPolicy, NoiseNet, chain_log_prob, conditioned, euler_sample
 
 MODES = torch.tensor([[0.6, 0.6], [-0.6, -0.6]])
 
@@ -107,7 +107,7 @@ def test_shortcut_one_step_of_2d_matches_two_steps_of_d(shortcut_policy):
         for d in (0.25, 0.125):
             for t0 in (0.0, 0.5):
                 t = torch.full((500,), t0)
-                x = x0 if t0 == 0 else euler_sample(v, obs, x0, 2)  # some point on the path at t = 0.5
+                x = x0 if t0 == 0 else euler_sample(conditioned(v, obs, 0.5), x0, 2)  # a point on the path
                 one = x + 2 * d * v(x, t, obs, torch.full((500,), 2 * d))
                 half = x + d * v(x, t, obs, torch.full((500,), d))
                 two = half + d * v(half, t + d, obs, torch.full((500,), d))

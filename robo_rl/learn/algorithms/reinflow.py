@@ -44,7 +44,14 @@ from robo_rl.learn.algorithms.ppo import (
     explained_variance,
     normalize_advantages,
 )
-from robo_rl.learn.networks.flow import FlowPolicy, chain_log_prob, euler_sample, noisy_chain
+from robo_rl.learn.networks.flow import (
+    FlowPolicy,
+    chain_log_prob,
+    conditioned,
+    euler_sample,
+    euler_step_stats,
+    noisy_chain,
+)
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
 from robo_rl.learn.runner import OnPolicyRunner
@@ -111,7 +118,8 @@ def sample_chain(policy: FlowPolicy, obs_n: Tensor, generator: torch.Generator,
     """
     b, d, k = obs_n.shape[0], policy.flat_dim, policy.num_steps
     draws = [torch.randn(b, d, generator=generator, device=generator.device).to(obs_n.device) for _ in range(k + 1)]
-    return noisy_chain(policy.velocity, policy.noise, obs_n, draws[0], torch.stack(draws[1:], 1), clip)
+    step = euler_step_stats(conditioned(policy.velocity, obs_n, 1.0 / k), lambda x, t: policy.noise(t, obs_n), k)
+    return noisy_chain(step, draws[0], torch.stack(draws[1:], 1), clip)
 
 
 def noise_entropy(stds: Tensor) -> Tensor:
@@ -235,8 +243,9 @@ class ReinFlow:
         """Squared distance between the deterministic chains of the policy and the frozen base from the same x_0."""
         k, clip = self.policy.num_steps, self.policy.action_clip
         with torch.no_grad():
-            target = euler_sample(self.base.velocity, obs_n, x0, k, clip=clip)
-        return (euler_sample(self.policy.velocity, obs_n, x0, k, clip=clip) - target).square().sum(-1).mean()
+            target = euler_sample(conditioned(self.base.velocity, obs_n, 1.0 / k), x0, k, clip=clip)
+        own = euler_sample(conditioned(self.policy.velocity, obs_n, 1.0 / k), x0, k, clip=clip)
+        return (own - target).square().sum(-1).mean()
 
     def _schedule_sigma(self) -> None:
         cfg = self.cfg

@@ -17,6 +17,7 @@ ReinFlow turns the chain stochastic, x_{k+1} ~ N(x_k + v/K, σ_φ(s, t_k)²), wh
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -59,17 +60,33 @@ class VelocityNet(nn.Module):
         return self.net(torch.cat(parts, dim=-1))
 
 
-def euler_sample(velocity: VelocityNet, obs: Tensor, x0: Tensor, num_steps: int, *,
-                 clip: float | None = None) -> Tensor:
-    """Deterministic K-step Euler integration from x0 (B, D) at t = 0 to t = 1 -> (B, D).
+Velocity = Callable[[Tensor, Tensor], Tensor]
+"""v(x_t (B, D), t (B,)) -> (B, D): a velocity field with its conditioning bound (the observation of a `VelocityNet`,
+the prefix of a VLA); what the samplers below integrate."""
 
-    A shortcut model is told the step size 1/K. `clip` bounds every intermediate and the final sample.
+StepStats = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+"""(x_k (B, D), t_k (B,)) -> (mean (B, D), std (B, D)) of a stochastic denoising step x_{k+1} ~ N(mean, diag(std²));
+std = 0 marks a deterministic step (its sample is its mean)."""
+
+
+def conditioned(velocity: VelocityNet, obs: Tensor, step: float | None = None) -> Velocity:
+    """The field x, t -> velocity(x, t, obs[, d = step]) of a `VelocityNet` for observations obs (B, O); a shortcut
+    model is told the step size `step` (the sampler's 1/K)."""
+    def field(x: Tensor, t: Tensor) -> Tensor:
+        d = torch.full_like(t, step) if velocity.shortcut and step is not None else None
+        return velocity(x, t, obs, d)
+    return field
+
+
+def euler_sample(velocity: Velocity, x0: Tensor, num_steps: int, *, clip: float | None = None) -> Tensor:
+    """Deterministic K-step Euler integration of the field `velocity` from x0 (B, D) at t = 0 to t = 1 -> (B, D).
+
+    `clip` bounds every intermediate and the final sample.
     """
     x, dt = x0, 1.0 / num_steps
-    d = torch.full((x0.shape[0],), dt, device=x0.device, dtype=x0.dtype) if velocity.shortcut else None
     for k in range(num_steps):
         t = torch.full((x0.shape[0],), k * dt, device=x0.device, dtype=x0.dtype)
-        x = x + dt * velocity(x, t, obs, d)
+        x = x + dt * velocity(x, t)
         if clip is not None:
             x = x.clamp(-clip, clip)
     return x
@@ -81,51 +98,103 @@ def diagonal_normal_log_prob(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
     return -(0.5 * z.square() + torch.log(std) + _LOG_SQRT_2PI).sum(-1)
 
 
-def chain_log_prob(chain: Tensor, means: Tensor, stds: Tensor) -> Tensor:
-    """Exact log-likelihood of a stochastic denoising chain (ReinFlow):
+def chain_log_prob(chain: Tensor, means: Tensor, stds: Tensor, *, steps: Tensor | None = None,
+                   prior: bool = True) -> Tensor:
+    """Exact log-likelihood of a stochastic denoising chain (ReinFlow, πRL's Flow-Noise):
 
         log N(x_0; 0, I) + sum_k log N(x_{k+1}; mean_k, diag(std_k²))
 
     Args:
         chain: (B, K + 1, D) the samples x_0 ... x_K.
-        means: (B, K, D) mean_k = x_k + v(x_k, t_k, s) / K.
+        means: (B, K, D) the steps' means (e.g. x_k + v(x_k, t_k) / K).
         stds: (B, K, D) the noise std at each step.
+        steps: (B, K) bool, the stochastic steps whose terms count (None: all). Flow-SDE's hybrid sampler counts
+            only its one stochastic step (`prior` False): the deterministic steps have std 0 and no density.
+        prior: include the initial Gaussian's term.
 
     Returns:
         (B,) the log-probability of the chain (the final action's likelihood is its marginal over the
-        chain; ReinFlow optimises this joint instead).
+        chain; ReinFlow and πRL optimise this joint instead).
     """
     x0 = chain[:, 0]
-    prior = diagonal_normal_log_prob(x0, torch.zeros_like(x0), torch.ones_like(x0))  # (B,)
-    steps = diagonal_normal_log_prob(chain[:, 1:], means, stds)  # (B, K)
-    return prior + steps.sum(-1)
+    if steps is None:
+        terms = diagonal_normal_log_prob(chain[:, 1:], means, stds)  # (B, K)
+    else:  # the masked-out steps get a unit std, so a deterministic step's 0 never reaches the log
+        safe = torch.where(steps[..., None], stds, torch.ones_like(stds))
+        terms = diagonal_normal_log_prob(chain[:, 1:], means, safe) * steps  # (B, K)
+    total = terms.sum(-1)
+    if prior:
+        total = total + diagonal_normal_log_prob(x0, torch.zeros_like(x0), torch.ones_like(x0))  # (B,)
+    return total
 
 
 NOISE_CLIP = 3.0
 """ReinFlow's per-step noise is clipped to +-NOISE_CLIP standard deviations."""
 
 
-def noisy_chain(velocity: VelocityNet, noise_net: NoiseNet, obs: Tensor, x0: Tensor, eps: Tensor,
-                clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
-    """ReinFlow's stochastic K-step chain from given draws: (chain (B, K + 1, D), means (B, K, D), stds (B, K, D)).
+def noisy_chain(step: StepStats, x0: Tensor, eps: Tensor, clip: float | None) -> tuple[Tensor, Tensor, Tensor]:
+    """A stochastic K-step chain from given draws: (chain (B, K + 1, D), means (B, K, D), stds (B, K, D)).
 
     x0 (B, D) and eps (B, K, D) are standard normal draws; x̃_{k+1} = mean_k + std_k * clip(eps_k, ±3) is stored,
-    mean_k = c(x̃_k) + v(c(x̃_k), t_k) / K with c the clamp to `clip` (not applied to x_0), std_k = σ_φ(s, t_k).
-    The action chunk is c(x̃_K); with eps = 0 it is `euler_sample`'s.
+    (mean_k, std_k) = step(c(x̃_k), t_k) with c the clamp to `clip` (not applied to x_0) and t_k = k / K. The action
+    chunk is c(x̃_K); with eps = 0 (or std = 0 at every step) and Euler steps it is `euler_sample`'s.
     """
     b, k = x0.shape[0], eps.shape[1]
-    step = torch.full((b,), 1.0 / k, device=x0.device, dtype=x0.dtype) if velocity.shortcut else None
     x, chain, means, stds = x0, [x0], [], []
     for i in range(k):
         t = torch.full((b,), i / k, device=x0.device, dtype=x0.dtype)
         inp = x if i == 0 or clip is None else x.clamp(-clip, clip)
-        mean = inp + velocity(inp, t, obs, step) / k
-        std = noise_net(t, obs)
+        mean, std = step(inp, t)
         x = mean + std * eps[:, i].clamp(-NOISE_CLIP, NOISE_CLIP)
         chain.append(x)
         means.append(mean)
         stds.append(std)
     return torch.stack(chain, 1), torch.stack(means, 1), torch.stack(stds, 1)
+
+
+def euler_step_stats(velocity: Velocity, noise_std: Velocity, num_steps: int) -> StepStats:
+    """ReinFlow's and Flow-Noise's step: mean x + v(x, t) / K, std from `noise_std(x, t)` (learned, bounded)."""
+    return lambda x, t: (x + velocity(x, t) / num_steps, noise_std(x, t))
+
+
+# ---------------------------------------------------------------------------------------------- Flow-SDE
+# πRL's Flow-SDE (shared/REFERENCES.md) is written in π0's time, where s = 1 is noise and s = 0 the action, the
+# velocity is u = noise - action and a step goes from s to s - Δ. Here t = 1 - s and v = -u, so with Δ = 1 / K:
+#   predicted action  x̂_a = x + (1 - t) v        predicted noise  x̂_n = x - t v
+#   σ_s = a sqrt(s / (1 - s))                     (s = 1 - t; at s = 1 the denominator takes the next grid time,
+#                                                  1 - Δ, as Flow-GRPO does: σ is infinite there otherwise)
+#   mean = x̂_a (1 - (s - Δ)) + x̂_n (s - Δ - σ_s² Δ / (2 s)),   std = sqrt(Δ) σ_s
+# With σ = 0 the mean is the interpolation at s - Δ, i.e. the Euler step x + Δ v.
+
+def flow_sde_step_stats(x: Tensor, v: Tensor, t: Tensor, dt: float, noise_level: float) -> tuple[Tensor, Tensor]:
+    """Mean and std (B, D) of Flow-SDE's step from x (B, D) at our time t (B,) with velocity v (B, D) (see above)."""
+    s = (1.0 - t)[:, None]  # (B, 1) π0's time
+    x_action, x_noise = x + s * v, x - (1.0 - s) * v
+    sigma = noise_level * torch.sqrt(s / (1.0 - s).clamp_min(dt))  # (B, 1)
+    mean = x_action * (1.0 - (s - dt)) + x_noise * (s - dt - sigma.square() * dt / (2.0 * s))
+    return mean, (math.sqrt(dt) * sigma).expand_as(mean)
+
+
+def flow_sde_hybrid_stats(velocity: Velocity, num_steps: int, noise_level: float, stochastic: Tensor) -> StepStats:
+    """Flow-SDE's hybrid sampler: the step marked in `stochastic` (B, K) bool is the SDE step, every other one the
+    deterministic Euler (ODE) step (std 0). The step index is read from t (t_k = k / K)."""
+    dt = 1.0 / num_steps
+
+    def step(x: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+        v = velocity(x, t)
+        k = torch.round(t * num_steps).long().clamp(0, num_steps - 1)  # (B,) each row's step index
+        mean_sde, std_sde = flow_sde_step_stats(x, v, t, dt, noise_level)
+        on = stochastic.gather(1, k[:, None])  # (B, 1)
+        return torch.where(on, mean_sde, x + dt * v), torch.where(on, std_sde, torch.zeros_like(std_sde))
+
+    return step
+
+
+def hybrid_step_mask(batch: int, num_steps: int, generator: torch.Generator, device: torch.device | str = "cpu"
+                     ) -> Tensor:
+    """(B, K) bool with exactly one True per row, at a uniformly drawn denoising step (Flow-SDE's hybrid sampling)."""
+    k = torch.randint(0, num_steps, (batch,), generator=generator, device=generator.device).to(device)
+    return torch.nn.functional.one_hot(k, num_steps).bool()
 
 
 class NoiseNet(nn.Module):
@@ -174,11 +243,14 @@ class DeterministicFlowActor(nn.Module):
         d = self.horizon * self.action_dim
         if noise is None:
             noise = torch.zeros(obs_n.shape[0], d, device=obs_n.device, dtype=obs_n.dtype)
+        k = self.num_steps
+        field = conditioned(self.velocity, obs_n, 1.0 / k)
         if not self.step_noise:
-            x = euler_sample(self.velocity, obs_n, noise, self.num_steps, clip=self.clip)
+            x = euler_sample(field, noise, k, clip=self.clip)
         else:
-            eps = noise[:, d:].reshape(-1, self.num_steps, d)
-            x = noisy_chain(self.velocity, self.noise_net, obs_n, noise[:, :d], eps, self.clip)[0][:, -1]
+            eps = noise[:, d:].reshape(-1, k, d)
+            step = euler_step_stats(field, lambda x, t: self.noise_net(t, obs_n), k)
+            x = noisy_chain(step, noise[:, :d], eps, self.clip)[0][:, -1]
             x = x if self.clip is None else x.clamp(-self.clip, self.clip)
         return x.reshape(-1, self.horizon, self.action_dim)
 
@@ -258,8 +330,8 @@ class FlowPolicy(nn.Module):
 
     def sample(self, obs: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
         """Deterministic chunks (N, H, A) from given initial noise x0 (N, D) (multimodal samples when x0 ~ N(0, I))."""
-        x = euler_sample(self.velocity, self.obs_normalizer(obs), x0, num_steps or self.num_steps,
-                         clip=self.action_clip)
+        k = num_steps or self.num_steps
+        x = euler_sample(conditioned(self.velocity, self.obs_normalizer(obs), 1.0 / k), x0, k, clip=self.action_clip)
         return x.reshape(-1, self.horizon, self.action_dim)
 
     def flow_matching_loss(self, obs_n: Tensor, x1: Tensor, generator: torch.Generator,

@@ -331,7 +331,7 @@ VISION_INSTRUCTIONS = InstructionSet.from_templates(
     heldout=(  # other verbs, nouns and sentence shapes than any train phrasing, not a one-word swap of one
         "grab the {goal} one and drop it onto the green spot",
         "could you bring the {goal} box to where the green square is",
-        "i want the {goal} block sitting on top of the green pad",
+        "I want the {goal} block sitting on top of the green pad",
     ),
 )
 """arm-pick-place-vision's instructions: 6 train and 3 held-out phrasings for each cube colour, template-major

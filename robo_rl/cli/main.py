@@ -565,7 +565,9 @@ def task_summary(env) -> list[str]:
         size = env.cfg.image_size
         lines.append(f"image obs     : 3x{size}x{size} uint8 from camera {env.camera!r}")
     if env.instructions:
-        lines.append(f"text obs      : instruction index of {len(env.instructions)} ({env.instructions[0]!r}, ...)")
+        held = len(env.instruction_set.indices("heldout"))
+        lines.append(f"text obs      : instruction index of {len(env.instructions)} ({env.instructions[0]!r}, ...; "
+                     f"{held} held out of training)")
     terms = " + ".join(f"{spec.kind} {spec.dim}" for spec in env.action_specs)
     lines.append(f"actions     {env.action_dim:>3}: {terms}")
     return lines

@@ -10,6 +10,8 @@ order they finish. Per frame: `observation.state` (the robot's joint positions),
 `command.joint_position` (the joint position targets that action set, what a robot is sent and
 `robo_rl.demos.replay` replays), `next.reward`, `next.done` and `next.terminated` (a failure, not a
 time-out), and `observation.critic` for a task whose critic sees more than its policy (SAC / RLPD use it).
+Each frame's task (meta/tasks.parquet) is its episode's instruction for a task with instructions
+(arm-pick-place-vision: one phrasing per episode), the task's description otherwise.
 info.json carries the task name and its deploy contract under "robo_rl".
 """
 
@@ -129,11 +131,10 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
     info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": source}}
     writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot, extra_info=info)
     n = env.num_envs
-    buffers: list[list[dict[str, np.ndarray]]] = [[] for _ in range(n)]
+    buffers: list[list[tuple[dict[str, np.ndarray], str]]] = [[] for _ in range(n)]  # (frame, task text)
     obs = env.reset(random_start=False)
     actor.reset(torch.arange(n))
     written, successes = 0, []
-    task_text = env.description or task
     noise = torch.Generator().manual_seed(seed + 7)
     while written < episodes:
         with single_torch_thread(), torch.no_grad():
@@ -147,6 +148,7 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
         state = env.q.cpu().numpy().copy()
         policy = obs["policy"].cpu().numpy().copy()
         critic = obs["critic"].cpu().numpy().copy()
+        texts = episode_tasks(env, obs, task)  # (N,) the task text of each world's frame
         targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
         obs, reward, terminated, truncated, info = env.step(executed)
         done = (terminated | truncated).cpu().numpy()
@@ -158,14 +160,14 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
             if "observation.critic" in features:
                 frame["observation.critic"] = critic[w]
             frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
-            buffers[w].append(frame)
+            buffers[w].append((frame, texts[w]))
         ended = info["episode"]
         if ended:
             ids = ended["ids"].tolist()
             for k, w in enumerate(ids):
                 if written < episodes:
-                    for frame in buffers[w]:
-                        writer.add_frame(frame, task=task_text)
+                    for frame, text in buffers[w]:
+                        writer.add_frame(frame, task=text)
                     writer.end_episode()
                     successes.append(float(ended["success"][k]) if "success" in ended else float("nan"))
                     written += 1
@@ -177,6 +179,14 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
     stats = writer.stats()
     return {"episodes": written, "frames": stats.frames_written, "success_rate": _mean_success(successes),
             "dropped": stats.frames_dropped}
+
+
+def episode_tasks(env: Any, obs: dict[str, torch.Tensor], task: str) -> list[str]:
+    """Each world's task text for the dataset (LeRobot's per-frame `task`): the instruction of its episode for a
+    task with instructions ("text" group), otherwise the task's description (or its name)."""
+    if "text" in obs and env.instructions:
+        return [env.instructions[i] for i in obs["text"].tolist()]
+    return [env.description or task] * env.num_envs
 
 
 def _mean_success(successes: list[float]) -> float:

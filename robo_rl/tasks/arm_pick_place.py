@@ -19,6 +19,7 @@ from torch import Tensor
 from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
+from robo_rl.core.instructions import SPLIT_CHOICES, InstructionSet
 from robo_rl.tasks import rewards as rew
 from robo_rl.tasks.arm_reach import PANDA_JOINTS
 from robo_rl.tasks.mjcf import check_model_file
@@ -317,6 +318,26 @@ def _home_site_quat(model, keyframe: str | None, site: str) -> list[float]:
 VISION_CUBES = (("red", (0.85, 0.2, 0.15)), ("blue", (0.2, 0.35, 0.85)), ("yellow", (0.9, 0.8, 0.1)))
 """Cube colours of arm-pick-place-vision (the place marker is green); the first is the scene's own cube."""
 
+VISION_INSTRUCTIONS = InstructionSet.from_templates(
+    [colour for colour, _ in VISION_CUBES],
+    train=(
+        "put the {goal} cube on the green marker",
+        "move the {goal} block onto the green target",
+        "place the {goal} cube on the green mark",
+        "pick up the {goal} cube and set it down on the green marker",
+        "take the {goal} cube over to the green marker",
+        "the {goal} cube goes on the green target",
+    ),
+    heldout=(  # other verbs, nouns and sentence shapes than any train phrasing, not a one-word swap of one
+        "grab the {goal} one and drop it onto the green spot",
+        "could you bring the {goal} box to where the green square is",
+        "I want the {goal} block sitting on top of the green pad",
+    ),
+)
+"""arm-pick-place-vision's instructions: 6 train and 3 held-out phrasings for each cube colour, template-major
+(`InstructionSet.from_templates`: text p * 3 + g is phrasing p of colour g; the first three are the train
+phrasing "put the <colour> cube on the green marker")."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ArmPickPlaceVisionConfig(ArmPickPlaceConfig):
@@ -329,6 +350,9 @@ class ArmPickPlaceVisionConfig(ArmPickPlaceConfig):
     images: bool = True
     """Render the "image" group at every step; false: no "image" group, for what reads only the state ("policy",
     "critic"): state-based baselines and the scripted expert (rendering is ~85 % of a step's time on the CPU)."""
+    instruction_split: str = _f("train", choices=SPLIT_CHOICES)
+    """Phrasings each episode's instruction is drawn from (uniformly, among those of its goal cube): "train",
+    "heldout" (never seen in training: evaluates language generalisation) or "all" (VISION_INSTRUCTIONS)."""
 
     def validate(self) -> None:
         super().validate()
@@ -338,20 +362,40 @@ class ArmPickPlaceVisionConfig(ArmPickPlaceConfig):
                               f"the cubes {list(names)}")
 
 
+def draw_instructions(goal: Tensor, phrasings: Tensor, generator: torch.Generator) -> Tensor:
+    """(K,) instruction index per world: one of its goal's P phrasings, uniformly.
+
+    Args:
+        goal: (K,) goal index of each world.
+        phrasings: (G, P) instruction indices of each goal's phrasings (`InstructionSet.by_goal`).
+        generator: the env's generator (runs stay seeded).
+    """
+    pick = torch.randint(0, phrasings.shape[1], goal.shape, generator=generator, device=goal.device)  # (K,)
+    return phrasings[goal, pick]
+
+
 class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
-    """The goal cube is named only by the instruction: "text" is its index into `instructions`, "image" shows
-    the scene. The state-based "policy" group still carries the goal cube's position (for state-based baselines
-    and the scripted expert); image-and-language policies use "image" and "text" instead."""
+    """The goal cube is named only by the instruction: "text" is its index into `instructions` (one phrasing of
+    the goal cube's colour, drawn each episode from `cfg.instruction_split`), "image" shows the scene. The
+    state-based "policy" group still carries the goal cube's position (for state-based baselines and the
+    scripted expert); image-and-language policies use "image" and "text" instead. `goal` stays the truth."""
 
     description = ("arm-pick-place with red, blue and yellow cubes; a 64x64 camera image and a text instruction "
                    "name the cube to move")
     camera = "scene"
-    instructions = tuple(f"put the {colour} cube on the green marker" for colour, _ in VISION_CUBES)
+    instruction_set = VISION_INSTRUCTIONS
 
-    @property
-    def instruction(self) -> Tensor:
-        """(N,) index of each world's instruction: the goal cube."""
-        return self.goal
+    def __init__(self, cfg: ArmPickPlaceVisionConfig, num_envs: int, **options: Any):
+        self.instruction = torch.zeros(num_envs, dtype=torch.long)  # (N,) index into `instructions`
+        self._phrasings = torch.tensor(self.instruction_set.by_goal(cfg.instruction_split))  # (G, P)
+        super().__init__(cfg, num_envs, **options)
+
+    def _reset_worlds(self, ids: Tensor) -> None:
+        super()._reset_worlds(ids)  # draws the goal cube
+        self.instruction[ids] = draw_instructions(self.goal[ids], self._phrasings, self.generator)
+
+    def _task_buffers(self) -> dict[str, Tensor]:
+        return {**super()._task_buffers(), "instruction": self.instruction}
 
     def _load_model(self, cfg: ArmPickPlaceVisionConfig):
         """The arm-pick-place scene with its cube recoloured and renamed, and the other coloured cubes added."""
@@ -387,7 +431,7 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
     def contract(self) -> DeployContract:
         c = super().contract
         return dataclasses.replace(c, extra={**c.extra, "camera": self.camera, "image_size": self.cfg.image_size,
-                                             "instructions": list(self.instructions)})
+                                             **self.instruction_set.to_extra()})
 
 
 TASKS.register("arm-pick-place", TaskEntry(ArmPickPlaceEnv, ArmPickPlaceConfig))

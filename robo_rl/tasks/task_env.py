@@ -20,6 +20,7 @@ from torch import Tensor
 
 from robo_rl.core.config import ConfigError
 from robo_rl.core.contract import ActionSpec, ActionTermSpec, DeployContract, ObsTerm
+from robo_rl.core.instructions import InstructionSet
 from robo_rl.sim.backend import PhysicsBackend, make_backend
 from robo_rl.tasks import events
 from robo_rl.tasks.action_manager import ActionManager, as_slice
@@ -58,8 +59,9 @@ class TaskEnv(DomainRandomization):
     camera: str | None = None
     """Camera rendered into the "image" observation group at `cfg.image_size` pixels square when `cfg.images` is
     true (None: no images; a task with a camera has both fields in its config)."""
-    instructions: tuple[str, ...] = ()
-    """Task instructions; when set, the "text" group is each world's instruction index (`self.instruction`)."""
+    instruction_set: InstructionSet | None = None
+    """Task instructions (`robo_rl.core.instructions`); when set, the "text" group is each world's instruction index
+    (`self.instruction`, (N,) long, into `instructions`) and the contract carries the set."""
     start_grid_s = 0.2
     """Random episode starts (training) lie on this grid (s); see `reset`."""
     buffer_sizes: dict[str, int] = {}
@@ -258,6 +260,11 @@ class TaskEnv(DomainRandomization):
     def action_clip(self) -> float:
         """Raw actions are clipped to +-this before the action terms see them (the contract's action.clip)."""
         return self.cfg.action_clip
+
+    @property
+    def instructions(self) -> tuple[str, ...]:
+        """The texts the "text" group indexes (`instruction_set.texts`); () for a task without instructions."""
+        return self.instruction_set.texts if self.instruction_set is not None else ()
 
     @property
     def contract(self) -> DeployContract:

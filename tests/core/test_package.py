@@ -6,7 +6,7 @@ from tests.conftest import REPO
 
 def test_import_robo_rl_does_not_import_torch_or_mujoco():
     code = (
-        "import sys, robo_rl, robo_rl.core.config, robo_rl.core.contract; "
+        "import sys, robo_rl, robo_rl.core.config, robo_rl.core.contract, robo_rl.core.instructions; "
         "print('torch' in sys.modules, 'mujoco' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
@@ -31,7 +31,9 @@ def test_tasks_command_lists_groups_and_action_terms(cli):
     assert "actions 4: ee_delta 3 + gripper 1" in blocks["arm-pick-place"]  # 3 end-effector steps + 1 gripper
     vision = blocks["arm-pick-place-vision"]
     assert "image obs : 3x64x64 uint8 from camera 'scene'" in vision
-    assert any(line.startswith("text obs : instruction index of 3") for line in vision)
+    # 3 cube colours x (6 train + 3 held-out phrasings); the held-out ones are drawn only when asked for
+    assert any(line.startswith("text obs : instruction index of 27 ") and line.endswith("9 held out of training)")
+               for line in vision)
     import robo_rl.adapters  # noqa: F401  (registers the prefixes, as the command does)
     from robo_rl.tasks.task_registry import TASKS
 

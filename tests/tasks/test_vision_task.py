@@ -1,8 +1,10 @@
 """arm-pick-place-vision: camera images and text instructions as observation groups."""
 
+import pytest
 import torch
 
-from robo_rl.tasks.arm_pick_place import VISION_CUBES
+from robo_rl.core.instructions import InstructionSet
+from robo_rl.tasks.arm_pick_place import VISION_CUBES, VISION_INSTRUCTIONS, ArmPickPlaceVisionConfig
 from robo_rl.tasks.task_registry import make_env
 from robo_rl.terms import validate_contract
 
@@ -13,11 +15,12 @@ def test_image_and_text_groups():
     image, text = obs["image"], obs["text"]
     assert image.shape == (6, 3, 64, 64) and image.dtype == torch.uint8
     assert text.shape == (6,) and text.dtype == torch.long
-    assert torch.equal(text, env.goal)
+    goals = torch.tensor([env.instruction_set.goal_of(i) for i in text.tolist()])
+    assert torch.equal(goals, env.goal)  # the instruction's goal is the truth, `goal`
     for i in range(6):  # the instruction names the goal cube's colour, and that cube has that colour
-        colour, rgb = VISION_CUBES[int(text[i])]
+        colour, rgb = VISION_CUBES[int(goals[i])]
         assert colour in env.instructions[int(text[i])]
-        geom = env.backend.name_id("geom", env.cfg.cube_bodies[int(text[i])])
+        geom = env.backend.name_id("geom", env.cfg.cube_bodies[int(goals[i])])
         torch.testing.assert_close(torch.tensor(env.backend.model.geom_rgba[geom, :3]), torch.tensor(rgb),
                                    check_dtype=False)
     assert image.float().std() > 10  # not blank
@@ -66,5 +69,64 @@ def test_contract_records_camera_and_instructions():
     extra = env.contract.extra
     assert extra["camera"] == "scene" and extra["image_size"] == 64
     assert extra["instructions"] == list(env.instructions)
+    assert extra["instruction_goal"] == [VISION_CUBES[env.instruction_set.goal_of(i)][0] for i in range(27)]
+    assert sum(extra["instruction_heldout"]) == 9
+    assert InstructionSet.from_extra(extra) == env.instruction_set  # what the robot side reads back
     validate_contract(env.contract)
     env.close()
+
+
+def _episode_instructions(split: str, episodes: int, seed: int = 5) -> tuple[list[int], list[int]]:
+    """(instruction, goal) of each world's first `episodes` episodes, 8 worlds, from resets alone."""
+    env = make_env("arm-pick-place-vision", 8, seed=seed,
+                   cfg=ArmPickPlaceVisionConfig(images=False, instruction_split=split))
+    texts, goals = [], []
+    try:
+        for _ in range(episodes):
+            obs = env.reset(random_start=False)
+            texts += obs["text"].tolist()
+            goals += env.goal.tolist()
+    finally:
+        env.close()
+    return texts, goals
+
+
+def test_each_episode_draws_a_phrasing_of_its_goal_from_the_configured_split():
+    seen = {}
+    for split in ("train", "heldout", "all"):
+        texts, goals = _episode_instructions(split, 12)
+        for text, goal in zip(texts, goals, strict=True):
+            assert VISION_INSTRUCTIONS.goal_of(text) == goal
+            assert split == "all" or VISION_INSTRUCTIONS.split_of(text) == split
+        seen[split] = set(texts)
+    assert seen["train"] == set(VISION_INSTRUCTIONS.indices("train"))  # 96 draws reach all 18 phrasings
+    assert seen["heldout"] == set(VISION_INSTRUCTIONS.indices("heldout"))  # ... and all 9 held-out ones
+    assert seen["all"] & seen["train"] and seen["all"] & seen["heldout"]
+    assert _episode_instructions("train", 3) == _episode_instructions("train", 3)  # seeded by the env's generator
+    assert _episode_instructions("train", 3) != _episode_instructions("train", 3, seed=6)
+
+
+def test_instruction_split_is_checked_and_the_instruction_is_saved_with_the_env_state():
+    from robo_rl.core.config import ConfigError, build
+
+    with pytest.raises(ConfigError, match=r"env.instruction_split = 'test': allowed values are train, heldout, all"):
+        build(ArmPickPlaceVisionConfig, {"instruction_split": "test"}, "env")
+    env = make_env("arm-pick-place-vision", 4, seed=3, cfg=ArmPickPlaceVisionConfig(images=False))
+    env.reset(random_start=False)
+    state = env.state_dict()
+    before = env.instruction.clone()
+    env.reset(random_start=False)
+    env.load_state_dict(state)
+    assert torch.equal(env.instruction, before)
+    env.close()
+
+
+def test_vision_instructions_hold_out_other_wordings_for_every_colour():
+    s = VISION_INSTRUCTIONS
+    assert s.goal_names == ("red", "blue", "yellow")
+    assert len(s.indices("train")) == 18 and len(s.indices("heldout")) == 9
+    assert s.texts[:3] == tuple(f"put the {c} cube on the green marker" for c in s.goal_names)  # the old instructions
+    for held in s.indices("heldout"):  # a held-out phrasing shares few words with any train phrasing of its colour
+        words = set(s.texts[held].split())
+        for seen in s.by_goal("train")[s.goal_of(held)]:
+            assert len(words ^ set(s.texts[seen].split())) >= 4, (s.texts[held], s.texts[seen])

@@ -64,6 +64,8 @@ def test_token_shapes_on_rendered_frames(name, frames, request):
         assert tokens.shape == (3, tokens_per_side**2, 64) and tokens.dtype == torch.float32
         assert torch.isfinite(tokens).all() and tokens.std() > 0
     assert make_image_encoder(name, token_dim=32).output_shape(96, 64) == (12 * 8, 32)  # non-square
+    encoder.cpu_chunk = 2  # a batch of 3 in chunks of 2 and 1: the tokens of the batch in one piece
+    torch.testing.assert_close(encoder(frames[96]), tokens, rtol=0, atol=1e-5)
 
 
 def test_lite0_strides_and_the_default_encoder(frames, request):
@@ -171,6 +173,7 @@ def test_onnx_export_takes_uint8_and_matches_torch(name, frames, request):
     from robo_rl.export.onnx_export import OPSET
 
     encoder = _encoder(name, request).eval()
+    encoder.cpu_chunk = 1  # torch encodes image by image; the exported graph is one batched graph all the same
     example = frames[64][:2]
     program = torch.onnx.export(encoder, (example,), None, input_names=["image"], output_names=["tokens"],
                                 opset_version=OPSET, dynamic_shapes=({0: torch.export.Dim("batch")},),

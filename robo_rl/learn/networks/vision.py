@@ -55,6 +55,10 @@ class ImageEncoder(nn.Module):
     token_dim: int
     stride: int
     min_size: int
+    cpu_chunk: int = 32
+    """On the CPU, larger batches are encoded this many images at a time (same result): the activations then stay
+    in cache, 1.2x (cnn) to 4.4x (efficientnet-lite0) faster for 256 images at 64x64 on a 2-core CPU (docs/vla.md).
+    Not while exporting: the graph stays one batched graph."""
 
     def grid(self, height: int, width: int) -> tuple[int, int]:
         """(h, w): the token grid of an H x W image."""
@@ -80,7 +84,10 @@ class ImageEncoder(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         """uint8 (N, 3, H, W) -> tokens (N, T, C), row-major over the h x w grid; ValueError on other input."""
         check_images(images, self.min_size)
-        return self.features(images).flatten(2).transpose(1, 2)  # (N, C, h*w) -> (N, T, C)
+        if torch.compiler.is_exporting() or images.device.type != "cpu" or images.shape[0] <= self.cpu_chunk:
+            return self.features(images).flatten(2).transpose(1, 2)  # (N, C, h*w) -> (N, T, C)
+        parts = [self.features(part).flatten(2).transpose(1, 2) for part in images.split(self.cpu_chunk)]
+        return torch.cat(parts)  # (N, T, C)
 
 
 class SmallCnnEncoder(ImageEncoder):

@@ -10,4 +10,5 @@ from robo_rl.learn.algorithms import ppo  # noqa: F401  (registration)
 from robo_rl.learn.algorithms import sac  # noqa: F401
 from robo_rl.learn.algorithms import bc  # noqa: F401
 from robo_rl.learn.algorithms import reinflow  # noqa: F401
+from robo_rl.learn.algorithms import vla_sft  # noqa: F401
 # isort: on

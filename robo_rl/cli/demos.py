@@ -20,6 +20,7 @@ import numpy as np
 import yaml
 
 from robo_rl.core.config import UserError
+from robo_rl.demos.dataset_metadata import DEFAULT_IMAGE_SIZE
 
 
 def cmd_record(args: argparse.Namespace) -> int:
@@ -28,7 +29,8 @@ def cmd_record(args: argparse.Namespace) -> int:
             args.teleop and not args.robot):
         raise UserError("record: give either --task TASK --expert or --task TASK --teacher RUN (simulation), or "
                         "--robot HW --teleop DEVICE")
-    if args.episodes < 1 or args.num_envs < 1 or not 8 <= args.image_size <= 1024 or args.noise < 0:
+    size = args.image_size or DEFAULT_IMAGE_SIZE
+    if args.episodes < 1 or args.num_envs < 1 or not 8 <= size <= 1024 or args.noise < 0:
         raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
     if args.teleop:
         return _record_teleop(args)
@@ -94,7 +96,8 @@ def _record_teleop(args: argparse.Namespace) -> int:
     print("teleoperating the twin: w/s a/d r/f move the hand, space toggles the gripper, enter ends the episode, "
           "q quits", flush=True)
     try:
-        report = record_teleop(args.robot, args.out, device, cameras=tuple(args.cameras), image_size=args.image_size,
+        report = record_teleop(args.robot, args.out, device, cameras=tuple(args.cameras),
+                               image_size=args.image_size or DEFAULT_IMAGE_SIZE,
                                max_speed=args.max_speed, status=lambda line: print(line, flush=True))
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"record: {exc}") from None

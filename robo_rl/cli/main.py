@@ -118,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--episodes", type=int, default=50)
     rc.add_argument("--out", required=True, metavar="DIR", help="new dataset folder")
     rc.add_argument("--cameras", nargs="*", default=[], metavar="CAMERA", help="model cameras to record")
-    rc.add_argument("--image-size", type=int, default=96, help="camera images are SIZE x SIZE")
+    rc.add_argument("--image-size", type=int, default=None,
+                    help="camera images are SIZE x SIZE (default: the task's own image size, or 96)")
     rc.add_argument("--noise", type=float, default=0.0,
                     help="std of noise on the executed (not the recorded) actions: recoveries for cloning")
     rc.add_argument("--num-envs", type=int, default=8, help="parallel worlds")

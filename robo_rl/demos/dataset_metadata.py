@@ -45,6 +45,10 @@ DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
 NUMERIC_DTYPES = ("float32", "float64", "int64", "int32", "bool")
 
 
+DEFAULT_IMAGE_SIZE = 96
+"""Side of recorded camera images when neither the caller nor the task (`cfg.image_size`) gives one."""
+
+
 # ---------------------------------------------------------------------------------------------- features
 def vector(names: Sequence[str], dtype: str = "float32") -> dict[str, Any]:
     """A 1-D numeric feature with named components (joint names, action columns)."""

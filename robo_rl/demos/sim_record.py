@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from robo_rl.demos.dataset_metadata import camera, scalar, vector
+from robo_rl.demos.dataset_metadata import DEFAULT_IMAGE_SIZE, camera, scalar, vector
 from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.tasks.experts import EXPERTS, make_expert_env
 from robo_rl.tasks.task_env import single_torch_thread
@@ -89,7 +89,7 @@ class PolicyActor:
 
 
 def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 8, cameras: Sequence[str] = (),
-                  image_size: int = 96, seed: int = 0, action_noise: float = 0.0,
+                  image_size: int | None = None, seed: int = 0, action_noise: float = 0.0,
                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Record `episodes` episodes of `task`'s scripted expert into a new dataset `out`; returns a summary.
 
@@ -112,7 +112,7 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
 
 
 def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task: str, source: str,
-                 cameras: Sequence[str] = (), image_size: int = 96, seed: int = 0, action_noise: float = 0.0,
+                 cameras: Sequence[str] = (), image_size: int | None = None, seed: int = 0, action_noise: float = 0.0,
                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Record `episodes` episodes of `env` (a task env of `task`, N worlds) driven by `actor` into a new dataset.
 
@@ -127,6 +127,7 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
     """
     if episodes < 1:
         raise ValueError(f"episodes = {episodes}: must be >= 1")
+    image_size = image_size or getattr(env.cfg, "image_size", DEFAULT_IMAGE_SIZE)  # a vision task's own size
     features = expert_features(env, cameras, image_size)
     info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": source}}
     writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot, extra_info=info)

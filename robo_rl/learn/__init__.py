@@ -11,4 +11,5 @@ from robo_rl.learn.algorithms import sac  # noqa: F401
 from robo_rl.learn.algorithms import bc  # noqa: F401
 from robo_rl.learn.algorithms import reinflow  # noqa: F401
 from robo_rl.learn.algorithms import vla_sft  # noqa: F401
+from robo_rl.learn.algorithms import vla_rl  # noqa: F401
 # isort: on

@@ -68,7 +68,15 @@ class RolloutStorage:
         self.dones = torch.zeros(t, n, **z)
         self.advantages = torch.zeros(t, n, **z)
         self.returns = torch.zeros(t, n, **z)
+        self.extras: dict[str, Tensor] = {}
+        """More per-step buffers (T, N, ...) that minibatches carry by name (`add_buffer`)."""
         self.step = 0
+
+    def add_buffer(self, name: str, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> Tensor:
+        """A (T, N, *shape) buffer of `dtype` that `minibatches` yields under `name` (e.g. uint8 camera images)."""
+        ref = self.rewards
+        self.extras[name] = torch.zeros(*ref.shape, *shape, dtype=dtype, device=ref.device)
+        return self.extras[name]
 
     def record_outcome(self, rewards: Tensor, terminated: Tensor, truncated: Tensor) -> None:
         """Store the (bootstrapped) rewards (N,) and dones of the current step, and move to the next step."""
@@ -100,6 +108,7 @@ class RolloutStorage:
             "values": self.values.flatten(),  # (B,)
             "advantages": self.advantages.flatten(),  # (B,)
             "returns": self.returns.flatten(),  # (B,)
+            **{k: v.flatten(0, 1) for k, v in self.extras.items()},  # (B, ...)
         }
         mb_size = b_size // num_mini_batches
         mbs: list[dict[str, Tensor]] = []

@@ -280,11 +280,13 @@ class OnPolicyRunner(Runner):
         t0 = time.perf_counter()
         episode_logs: dict[str, list[float]] = {}
         obs = self.obs
+        groups = getattr(algo, "reads_observation_groups", False)  # a VLA learner: images and instructions too
         for _ in range(self.cfg.algo.num_steps_per_env):
-            actions = algo.act(obs["policy"], critic_group(obs))
+            actions = algo.act(obs, obs) if groups else algo.act(obs["policy"], critic_group(obs))
             obs, reward, terminated, truncated, info = self._env_step(actions, episode_logs)
-            algo.process_env_step(reward, terminated, truncated, critic_group(info["final_obs"]))
-        algo.compute_returns(critic_group(obs))
+            final = info["final_obs"]
+            algo.process_env_step(reward, terminated, truncated, final if groups else critic_group(final))
+        algo.compute_returns(obs if groups else critic_group(obs))
         self.obs = obs
         collect_s = time.perf_counter() - t0
         return algo.update(), episode_logs, collect_s

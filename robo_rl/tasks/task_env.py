@@ -62,6 +62,10 @@ class TaskEnv(DomainRandomization):
     instruction_set: InstructionSet | None = None
     """Task instructions (`robo_rl.core.instructions`); when set, the "text" group is each world's instruction index
     (`self.instruction`, (N,) long, into `instructions`) and the contract carries the set."""
+    defer_images = False
+    """While true, `step` renders the "image" group only for the worlds whose episode ends in it (their final
+    observation) and repeats the last rendered image for the others: `robo_rl.adapters.chunked` sets it for the steps
+    inside an action chunk, whose observations no policy reads (rendering is most of a vision task's step)."""
     start_grid_s = 0.2
     """Random episode starts (training) lie on this grid (s); see `reset`."""
     buffer_sizes: dict[str, int] = {}
@@ -100,6 +104,7 @@ class TaskEnv(DomainRandomization):
             generator=self.generator, context=TermContext(num_joints=len(self.joint_names), action_dim=self.action_dim),
         )
         self.obs_dims = self.observations.dims
+        self._last_image: Tensor | None = None  # (N, 3, S, S) the "image" group rendered last (`defer_images`)
         self.action = torch.zeros(num_envs, self.action_dim)  # (N, A) the policy's latest (clipped) action
         self.prev_action = torch.zeros(num_envs, self.action_dim)  # (N, A) the one before it
         # Float32 copies of the physics state and sensors, refreshed in place; the named parts are views.
@@ -338,7 +343,10 @@ class TaskEnv(DomainRandomization):
         else:
             truncated &= ~terminated
             done = terminated | truncated
-        obs, current = self._observe()
+        if self.defer_images and self._last_image is not None:
+            obs, current = self._observe(render_ids=done.nonzero().squeeze(-1), previous={"image": self._last_image})
+        else:
+            obs, current = self._observe()
         self.observations.push_history(current)
         info: dict[str, Any] = {"final_obs": obs, "log": {}, "episode": {}}
         ended = done.nonzero().squeeze(-1)  # (K,)
@@ -377,16 +385,19 @@ class TaskEnv(DomainRandomization):
             return self._observe()[0]
 
     def _observe(
-        self, fill_ids: Tensor | None = None, previous: dict[str, Tensor] | None = None
+        self, fill_ids: Tensor | None = None, previous: dict[str, Tensor] | None = None,
+        render_ids: Tensor | None = None,
     ) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """(observation groups, current policy term values with noise) for the current state.
 
         fill_ids: worlds just reset, whose history is filled with their current values first.
         previous: the groups computed before those resets; only the reset worlds' camera images are
             rendered again (rendering costs far more than the rest of a step).
+        render_ids: the worlds whose images are rendered again, when not `fill_ids` (`defer_images`).
         """
         policy, critic, current = self.observations.observe(self._obs_sources(), fill_ids)
-        return {"policy": policy, "critic": critic, **self._extra_groups(fill_ids, previous)}, current
+        render = fill_ids if render_ids is None else render_ids
+        return {"policy": policy, "critic": critic, **self._extra_groups(render, previous)}, current
 
     def _extra_groups(self, fill_ids: Tensor | None, previous: dict[str, Tensor] | None) -> dict[str, Tensor]:
         """The "image" group (N, 3, H, W) uint8 of the task's camera and the "text" group (N,) instruction index."""
@@ -395,10 +406,11 @@ class TaskEnv(DomainRandomization):
             size = self.cfg.image_size
             if previous is not None and fill_ids is not None:
                 image = previous["image"].clone()
-                image[fill_ids] = self.backend.render_cameras(self.camera, size, size, ids=fill_ids)
+                if fill_ids.numel():
+                    image[fill_ids] = self.backend.render_cameras(self.camera, size, size, ids=fill_ids)
             else:
                 image = self.backend.render_cameras(self.camera, size, size).clone()
-            out["image"] = image
+            out["image"] = self._last_image = image
         if self.instructions:
             out["text"] = self.instruction.clone()  # (N,) long: index into `instructions`
         return out

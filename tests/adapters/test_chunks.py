@@ -150,3 +150,28 @@ def test_videos_render_every_env_step_inside_a_chunk():
     assert len(frames) == len(plain_frames) == 5 and result["episodes"] == N  # one frame per env step, as unchunked
     chunked_video = record_episodes(chunked(_reach(5), E), idle, 2, size=(32, 24))
     assert len(chunked_video) == len(record_episodes(_reach(5), lambda obs: torch.zeros(N, 7), 2, size=(32, 24))) == 10
+
+
+def test_a_chunked_vision_env_renders_only_the_images_that_are_read():
+    """Inside a chunk only the ending worlds' final images are rendered; the chunk's last observation and the final
+    observations are the images the plain env renders at those steps."""
+    cfg = dataclasses.replace(task_config_class("arm-pick-place-vision")(), episode_length_s=0.1)  # 5 steps
+    plain = make_env("arm-pick-place-vision", 2, cfg=cfg, seed=3)
+    inner = make_env("arm-pick-place-vision", 2, cfg=cfg, seed=3)
+    env = chunked(inner, 3)
+    assert torch.equal(env.reset(random_start=False)["image"], plain.reset(random_start=False)["image"])
+    calls = []
+    render = inner.backend.render_cameras
+    inner.backend.render_cameras = lambda *a, **k: calls.append(k.get("ids")) or render(*a, **k)
+    actions = torch.zeros(2, 3, plain.action_dim)
+    ref = [plain.step(actions[:, j % 3]) for j in range(6)]
+    obs, _, _, truncated, info = env.step(actions)
+    assert torch.equal(obs["image"], ref[2][0]["image"])
+    assert calls == [None]  # one full render, after the chunk's last step
+    calls.clear()
+    obs, _, _, truncated, info = env.step(actions)  # the episodes end at the chunk's 2nd step (step 5)
+    assert truncated.all()
+    assert torch.equal(info["final_obs"]["image"], ref[4][4]["final_obs"]["image"])  # rendered for the bootstrap
+    assert sorted(calls[0].tolist()) == [0, 1]  # step 5: the ending worlds only
+    assert sum(c is None for c in calls) == 1  # and one full render, after the chunk's last step
+    assert inner.defer_images is False

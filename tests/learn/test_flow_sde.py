@@ -114,3 +114,35 @@ def test_flow_noise_euler_step_uses_the_learned_std():
     step = euler_step_stats(field, lambda x, t: torch.full_like(x, 0.1), 4)
     mean, std = step(torch.zeros(2, 3), torch.zeros(2))
     assert torch.equal(mean, torch.full((2, 3), 0.25)) and torch.equal(std, torch.full((2, 3), 0.1))
+
+
+def test_dual_clip_and_huber_losses_against_direct_computations():
+    from robo_rl.learn.algorithms.ppo import dual_clip_surrogate_loss, huber_value_loss
+
+    ratio = torch.tensor([0.5, 1.0, 1.5, 10.0, 10.0, 0.5])
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, -2.0])
+    # per sample: min(r A, clip(r, 0.8, 1.2) A), and for A < 0 at least 3 A
+    want = torch.tensor([0.5, -1.0, 1.2, -3.0, 1.2, -1.6])
+    got = dual_clip_surrogate_loss(torch.log(ratio), torch.zeros(6), adv, 0.2, 3.0)
+    torch.testing.assert_close(got, -want.mean())
+    value, old, ret = torch.tensor([0.0, 5.0, 30.0]), torch.tensor([0.0, 4.0, 0.0]), torch.tensor([1.0, 0.0, 0.0])
+    huber = lambda e: torch.where(e.abs() <= 10, 0.5 * e**2, 10 * (e.abs() - 5))  # noqa: E731
+    clipped = old + (value - old).clamp(-0.2, 0.2)
+    want_v = torch.max(huber(value - ret), huber(clipped - ret)).mean()
+    torch.testing.assert_close(huber_value_loss(value, old, ret, 0.2, 10.0), want_v)
+    torch.testing.assert_close(huber_value_loss(value, old, ret, None, 10.0), huber(value - ret).mean())
+
+
+def test_grpo_advantages_normalise_within_groups_and_drop_groups_without_signal():
+    from robo_rl.learn.algorithms.vla_rl import grpo_advantages
+
+    returns = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [3.0, 1.0, 2.0, 2.0]])
+    success = returns > 0.5
+    adv, keep = grpo_advantages(returns, success, band=(0.1, 0.9))
+    assert keep.tolist() == [True, False, False, False]  # all solved / all failed / all "solved": dropped
+    torch.testing.assert_close(adv[0], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-5, rtol=0)
+    assert (adv[1:] == 0).all()
+    adv, keep = grpo_advantages(returns, success, band=(0.0, 1.0))
+    assert keep.all()
+    r = returns[3]
+    torch.testing.assert_close(adv[3], (r - r.mean()) / (r.std(unbiased=False) + 1e-6))

@@ -131,3 +131,36 @@ def test_sft_learns_to_follow_the_instruction(vision_env, spec):
         chunk = policy.act_inference(probe)  # (2, E, A)
     assert loss < 0.5, loss
     assert (chunk[0] > 0.3).all() and (chunk[1] < -0.3).all(), chunk
+
+
+@pytest.mark.parametrize("method", ["flow-noise", "flow-sde"])
+def test_vla_rl_recomputes_the_rollouts_log_likelihood_exactly(method):
+    """A rollout on the vision task through the runner's calls, then an update: the first minibatch's ratio is 1
+    (the update recomputes exactly the log-likelihood the rollout stored), and the actor's weights move."""
+    from robo_rl.adapters.chunked import chunked
+    from robo_rl.learn.algorithms.vla_rl import VLARL, VLARLConfig
+
+    torch.manual_seed(4)
+    env = chunked(make_env("arm-pick-place-vision", 4, seed=1), SMALL.execute_steps)
+    try:
+        policy = build_vla_policy(SMALL, env_spec(env)).eval()
+        cfg = VLARLConfig(method=method, num_steps_per_env=3, num_mini_batches=2, num_learning_epochs=2,
+                          critic_warmup_iterations=0)
+        algo = VLARL(cfg, policy, env.num_envs, env.obs_dims["policy"], torch.Generator().manual_seed(0))
+        before = policy.action_out[1].weight.detach().clone()
+        obs = env.reset()
+        for _ in range(cfg.num_steps_per_env):
+            actions = algo.act(obs, obs)
+            assert actions.shape == (4, SMALL.execute_steps, env.action_dim)
+            obs, reward, terminated, truncated, info = env.step(actions)
+            algo.process_env_step(reward, terminated, truncated, info["final_obs"])
+        algo.compute_returns(obs)
+        stats = algo.update()
+    finally:
+        env.close()
+    assert abs(stats["ratio_first"] - 1.0) < 1e-4, stats
+    assert all(torch.isfinite(torch.tensor(v)) for v in stats.values()), stats
+    assert not torch.equal(before, policy.action_out[1].weight)
+    if method == "flow-sde":
+        steps = algo.storage.extras["sde_step"]
+        assert steps.min() >= 0 and steps.max() < SMALL.num_steps

@@ -14,21 +14,23 @@ from tests.cli.test_cli_errors import call, one_line_error  # noqa: E402
 
 SMALL = ["--set", "policy.width=32", "--set", "policy.heads=2", "--set", "policy.prefix_layers=1",
          "--set", "policy.expert_layers=1", "--set", "policy.horizon=4", "--set", "policy.execute_steps=2",
-         "--set", "algo.num_steps_per_env=3", "--set", "algo.batch_size=8", "--set", "runner.eval_episodes=2",
-         "--set", "runner.save_interval=1", "--set", "env.episode_length_s=1.0"]
+         "--set", "algo.num_steps_per_env=3", "--set", "runner.eval_episodes=2", "--set", "runner.save_interval=1",
+         "--set", "env.episode_length_s=1.0"]
+"""A small VLA and short runs, for both learners."""
 
 
 @pytest.fixture(scope="module")
 def vision_demos(tmp_path_factory):
     root = tmp_path_factory.mktemp("demos")
-    record_expert("arm-pick-place-vision", 2, root / "ds", num_envs=2, cameras=("scene",), image_size=64)
+    record_expert("arm-pick-place-vision", 2, root / "ds", num_envs=2, cameras=("scene",))  # the task's 64 px
     record_expert("arm-pick-place-vision", 1, root / "ds32", num_envs=1, cameras=("scene",), image_size=32)
     return root
 
 
 def _train(tmp_path, dataset, name, *extra):
     return call(["train", "--task", "arm-pick-place-vision", "--algo", "vla-sft", "--dataset", str(dataset),
-                 "--run-name", name, "--num-envs", "2", "--set", f"runner.log_dir={tmp_path}", *SMALL, *extra])
+                 "--run-name", name, "--num-envs", "2", "--set", f"runner.log_dir={tmp_path}", *SMALL,
+                 "--set", "algo.batch_size=8", *extra])
 
 
 def test_vla_sft_trains_from_a_camera_dataset_and_resumes_exactly(vision_demos, tmp_path, capsys):
@@ -51,3 +53,25 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
                 "--run-name", "e", "--set", f"runner.log_dir={tmp_path}"])
     one_line_error(capsys, arm, "a VLA policy reads a camera image and an instruction")
     assert not any((tmp_path / n).exists() for n in "cde")
+
+
+def test_vla_rl_fine_tunes_the_sft_run_and_resumes_exactly(vision_demos, tmp_path, capsys):
+    assert _train(tmp_path, vision_demos / "ds", "sft", "--max-iterations", "1") == 0, capsys.readouterr().err
+    base = ["train", "--task", "arm-pick-place-vision", "--algo", "vla-rl", "--num-envs", "2",
+            "--set", f"runner.log_dir={tmp_path}", *SMALL, "--set", "algo.num_mini_batches=2",
+            "--set", "algo.critic_warmup_iterations=1"]
+    rl = [*base, "--set", f"algo.pretrained={tmp_path / 'sft'}"]
+    assert call([*rl, "--run-name", "rl", "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    straight = load_checkpoint(tmp_path / "rl" / "model_000002.pt")
+    sft = load_checkpoint(tmp_path / "sft" / "model_000001.pt")["algo"]["policy"]
+    first = load_checkpoint(tmp_path / "rl" / "model_000001.pt")["algo"]["policy"]
+    assert torch.equal(first["expert.layers.0.linear1.weight"], sft["expert.layers.0.linear1.weight"])  # warm-up
+    assert not torch.equal(straight["algo"]["policy"]["expert.layers.0.linear1.weight"],
+                           sft["expert.layers.0.linear1.weight"])
+    assert call([*rl, "--run-name", "rl2", "--max-iterations", "1"]) == 0, capsys.readouterr().err
+    assert call(["train", "--resume", str(tmp_path / "rl2"), "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    resumed = load_checkpoint(tmp_path / "rl2" / "model_000002.pt")
+    for key, value in straight["algo"]["policy"].items():
+        assert torch.equal(value, resumed["algo"]["policy"][key]), key
+    missing = call([*base, "--run-name", "rl3"])
+    one_line_error(capsys, missing, "vla-rl fine-tunes a vla-sft run")

@@ -134,6 +134,27 @@ def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: T
     return -torch.min(surrogate, clipped).mean()
 
 
+def dual_clip_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, clip: float,
+                              dual_clip: float) -> Tensor:
+    """The clipped surrogate with dual clip (Ye et al., 2020; πRL uses c = 3): for a negative advantage the
+    objective is also bounded below by c A, so a huge ratio on a bad action cannot dominate; inputs (B,)."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    clipped = torch.min(ratio * advantages, ratio.clamp(1.0 - clip, 1.0 + clip) * advantages)
+    objective = torch.where(advantages < 0, torch.max(clipped, dual_clip * advantages), clipped)
+    return -objective.mean()
+
+
+def huber_value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip: float | None, delta: float) -> Tensor:
+    """`clipped_value_loss` with the Huber loss (quadratic within `delta`, linear beyond) in place of the square;
+    inputs (B,)."""
+    def huber(x: Tensor) -> Tensor:
+        return torch.nn.functional.huber_loss(x, returns, reduction="none", delta=delta)
+    loss = huber(value)
+    if clip is not None:
+        loss = torch.max(loss, huber(old_value + (value - old_value).clamp(-clip, clip)))
+    return loss.mean()
+
+
 def clipped_value_loss(value: Tensor, old_value: Tensor, returns: Tensor, clip: float | None) -> Tensor:
     """max((V - R)^2, (V_old + clip(V - V_old, -c, c) - R)^2), averaged; plain MSE when clip is None."""
     loss = (value - returns).square()

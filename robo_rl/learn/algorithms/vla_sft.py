@@ -138,6 +138,7 @@ class VLASFT:
 
     def __init__(self, cfg: VLASFTConfig, policy: VLAPolicy, demos: VLADemonstrations, generator: torch.Generator):
         self.cfg, self.policy, self.demos, self.generator = cfg, policy, demos, generator
+        policy.eval()  # evaluation runs in eval mode, fresh or resumed alike; `update` trains
         self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)
         normalizer = policy.obs_normalizer

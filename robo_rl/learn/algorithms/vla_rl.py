@@ -1,0 +1,314 @@
+"""Online RL fine-tuning of a VLA, πRL's way (`--algo vla-rl`): PPO over the likelihood of a stochastic denoising
+chain, with either of πRL's two ways of making the flow policy stochastic (`algo.method`):
+
+- **Flow-Noise**: every denoising step adds the VLA's learned noise (`noise_std`, bounded in [σ_min, σ_max]); the
+  log-likelihood is the whole chain's, initial Gaussian included (the one-layer MDP: the chain is one action);
+  an entropy bonus on the step noise.
+- **Flow-SDE**: the ODE becomes an SDE with σ_s = a sqrt(s / (1 - s)); hybrid sampling makes one random denoising
+  step per decision stochastic and the rest deterministic, and only that step's log-likelihood counts (the
+  two-layer MDP: the denoising step is part of the transition).
+
+Both sample through the VLA interface only (`robo_rl.learn.networks.vla.VLA`) and the chain machinery of
+`robo_rl.learn.networks.flow` (ReinFlow's, generalised). The PPO is πRL's: GAE, clip with dual clip, value clip,
+Huber value loss, a value head on the fused prefix (`policy.value_input`: detached from the encoders or shared).
+One transition is one decision: the first E actions of the chunk run open-loop (`robo_rl.adapters.chunked`), their
+rewards summed, `algo.gamma` discounting per decision. The observation normaliser stays the SFT one (frozen), so
+the stored log-likelihoods stay exactly what the update recomputes (the first minibatch's ratio is 1).
+
+`grpo_advantages` is GRPO's critic-free advantage (group-normalised returns over rollouts from one initial state,
+groups whose success rate is outside a band dropped).
+
+The policy starts from a `vla-sft` run (`algo.pretrained`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from robo_rl.core.config import ConfigError, _f
+from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec, InitFrom
+from robo_rl.learn.algorithms.ppo import (
+    approx_kl,
+    clip_fraction,
+    dual_clip_surrogate_loss,
+    explained_variance,
+    huber_value_loss,
+    normalize_advantages,
+)
+from robo_rl.learn.algorithms.reinflow import noise_entropy
+from robo_rl.learn.algorithms.vla_sft import build_vla_policy
+from robo_rl.learn.networks.flow import (
+    chain_log_prob,
+    diagonal_normal_log_prob,
+    euler_step_stats,
+    flow_sde_hybrid_stats,
+    flow_sde_step_stats,
+    hybrid_step_mask,
+    noisy_chain,
+)
+from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, bind
+from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
+from robo_rl.learn.runner import OnPolicyRunner
+
+METHODS = ("flow-noise", "flow-sde")
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLARLConfig:
+    """PPO fine-tuning of a VLA (defaults from πRL, shared/REFERENCES.md)."""
+
+    pretrained: str = ""
+    """The vla-sft run or checkpoint to fine-tune."""
+    method: str = _f("flow-sde", choices=METHODS)
+    """How the chain is made stochastic: `flow-noise` (learned noise at every step, whole-chain likelihood) or
+    `flow-sde` (one SDE step per decision, its likelihood only)."""
+    num_steps_per_env: int = _f(25, ge=1)
+    """Decisions per world per iteration (each runs `policy.execute_steps` env steps)."""
+    num_learning_epochs: int = _f(4, ge=1)
+    num_mini_batches: int = _f(8, ge=1)
+    clip_param: float = _f(0.2, gt=0.0, le=1.0)
+    dual_clip: float = _f(3.0, gt=1.0)
+    """Dual clip c: a negative advantage's objective is bounded below by c A."""
+    value_clip: float = _f(0.2, ge=0.0)
+    """Clip of the value change from the rollout's (0: none)."""
+    huber_delta: float = _f(10.0, gt=0.0)
+    actor_learning_rate: float = _f(1e-4, gt=0.0, le=1.0)
+    critic_learning_rate: float = _f(5e-4, gt=0.0, le=1.0)
+    gamma: float = _f(0.99, gt=0.0, le=1.0)
+    lam: float = _f(0.95, ge=0.0, le=1.0)
+    value_loss_coef: float = _f(0.5, ge=0.0)
+    entropy_coef: float = _f(0.005, ge=0.0)
+    """Flow-Noise's entropy bonus on the step noise (πRL: 0.005; unused by flow-sde, whose noise is a schedule)."""
+    max_grad_norm: float = _f(1.0, gt=0.0)
+    critic_warmup_iterations: int = _f(2, ge=0)
+    """First iterations that train only the value head (the SFT policy needs a baseline first)."""
+    normalize_advantage: bool = True
+
+
+def grpo_advantages(returns: Tensor, success: Tensor, band: tuple[float, float] = (0.1, 0.9),
+                    eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """GRPO's critic-free advantages of G groups of M rollouts that each started from one initial state.
+
+    Args:
+        returns: (G, M) each rollout's return.
+        success: (G, M) bool, each rollout's success.
+        band: groups whose success rate lies outside [low, high] are dropped (all solved or all failed: no signal).
+        eps: added to the group std.
+
+    Returns:
+        (advantages (G, M): (R - mean of its group) / (std of its group + eps), 0 in dropped groups;
+         keep (G,) bool: the groups kept).
+    """
+    rate = success.to(returns.dtype).mean(1)  # (G,)
+    keep = (rate >= band[0]) & (rate <= band[1])
+    mean = returns.mean(1, keepdim=True)
+    std = returns.std(1, keepdim=True, unbiased=False)
+    advantages = (returns - mean) / (std + eps)
+    return advantages * keep[:, None], keep
+
+
+def _bound(x: Tensor, clip: float | None) -> Tensor:
+    return x if clip is None else x.clamp(-clip, clip)
+
+
+class VLARL:
+    """PPO over a VLA's denoising chain: `act` -> `process_env_step` (T times) -> `compute_returns` -> `update`.
+
+    Args:
+        cfg: the hyper-parameters.
+        policy: the VLA to fine-tune (holding the SFT weights).
+        num_envs: N.
+        obs_dim: O, the "policy" group's size (stored whole: the VLA picks its state columns).
+        generator: torch RNG for the chains' noise, the hybrid steps and minibatch shuffling (saved in checkpoints).
+    """
+
+    reads_observation_groups = True
+    """The runner passes the observation groups (image, instruction, state) to `act`, `process_env_step` and
+    `compute_returns`."""
+
+    def __init__(self, cfg: VLARLConfig, policy: VLAPolicy, num_envs: int, obs_dim: int, generator: torch.Generator):
+        self.cfg, self.policy, self.generator = cfg, policy, generator
+        policy.eval()  # rollouts run in eval mode (its attention's fast path), fresh or resumed alike; `update` trains
+        critic = list(policy.critic.parameters())
+        ids = {id(p) for p in critic}
+        self.actor_parameters = [p for p in policy.parameters() if p.requires_grad and id(p) not in ids]
+        if cfg.method == "flow-sde":  # its noise is a schedule: the noise head is not used
+            noise = {id(p) for p in policy.noise_head.parameters()}
+            self.actor_parameters = [p for p in self.actor_parameters if id(p) not in noise]
+        self.actor_optimizer = torch.optim.Adam(self.actor_parameters, lr=cfg.actor_learning_rate)
+        self.critic_optimizer = torch.optim.Adam(critic, lr=cfg.critic_learning_rate)
+        device = next(policy.parameters()).device
+        k, d = policy.num_steps, policy.flat_dim
+        # the storage's "actions" are flattened chains; the observation groups go to extra buffers
+        self.storage = s = RolloutStorage(cfg.num_steps_per_env, num_envs, 1, 1, (k + 1) * d, device)
+        size = policy.image_size
+        s.add_buffer("image", (3, size, size), torch.uint8)
+        s.add_buffer("text", (), torch.long)
+        s.add_buffer("policy", (obs_dim,))
+        s.add_buffer("sde_step", (), torch.long)
+        self.updates = 0
+
+    # ------------------------------------------------------------------ rollout
+    @torch.no_grad()
+    def act(self, obs: dict[str, Tensor], critic_obs: dict[str, Tensor]) -> Tensor:
+        """Sample one chain per world from the prefix of `obs`; the executed actions are the first E of its final
+        sample's chunk (N, E, A) (or (N, A) when E = 1)."""
+        s, t, policy = self.storage, self.storage.step, self.policy
+        ctx = policy.encode_prefix(obs)
+        n, k, d = ctx.shape[0], policy.num_steps, policy.flat_dim
+        g = self.generator
+        x0 = torch.randn(n, d, generator=g, device=g.device).to(ctx.device)
+        eps = torch.randn(n, k, d, generator=g, device=g.device).to(ctx.device)
+        if self.cfg.method == "flow-noise":
+            step = euler_step_stats(bind(policy, ctx), lambda x, tt: policy.noise_std(ctx, x, tt), k)
+            chain, means, stds = noisy_chain(step, x0, eps, policy.action_clip)
+            log_prob = chain_log_prob(chain, means, stds)
+            sde_step = torch.zeros(n, dtype=torch.long, device=ctx.device)
+        else:
+            mask = hybrid_step_mask(n, k, g, ctx.device)  # (N, K) one stochastic step each
+            step = flow_sde_hybrid_stats(bind(policy, ctx), k, policy.config.sde_noise_level, mask)
+            chain, means, stds = noisy_chain(step, x0, eps, policy.action_clip)
+            log_prob = chain_log_prob(chain, means, stds, steps=mask, prior=False)
+            sde_step = mask.int().argmax(1)
+        s.extras["image"][t] = obs["image"]
+        s.extras["text"][t] = obs["text"]
+        s.extras["policy"][t] = obs["policy"]
+        s.extras["sde_step"][t] = sde_step
+        s.actions[t] = chain.flatten(1)
+        s.log_probs[t] = log_prob
+        s.values[t] = policy.value(ctx)
+        chunk = _bound(chain[:, -1], policy.action_clip).reshape(n, policy.horizon, policy.action_dim)
+        return chunk[:, 0] if policy.execute_steps == 1 else chunk[:, : policy.execute_steps]
+
+    @torch.no_grad()
+    def process_env_step(self, rewards: Tensor, terminated: Tensor, truncated: Tensor,
+                         final_obs: dict[str, Tensor]) -> None:
+        """Record the outcome of the last `act`; time-outs bootstrap from V of the final observation's prefix."""
+        def final_values(ids: Tensor) -> Tensor:
+            return self.policy.value(self.policy.encode_prefix({k: v[ids] for k, v in final_obs.items()}))
+        self.storage.record_outcome(bootstrap_time_outs(rewards, truncated, final_values, self.cfg.gamma),
+                                    terminated, truncated)
+
+    @torch.no_grad()
+    def compute_returns(self, last_obs: dict[str, Tensor]) -> None:
+        s = self.storage
+        s.compute_returns(self.policy.value(self.policy.encode_prefix(last_obs)), self.cfg.gamma, self.cfg.lam)
+        if self.cfg.normalize_advantage:
+            s.advantages = normalize_advantages(s.advantages)
+
+    # ------------------------------------------------------------------ learning
+    def minibatch_log_prob(self, ctx: Tensor, flat_chain: Tensor, sde_step: Tensor) -> tuple[Tensor, Tensor]:
+        """(log-probs (B,), step stds (B, K', D)) of stored chains under the current policy: every step's
+        (Flow-Noise) or the stochastic step's (Flow-SDE)."""
+        policy = self.policy
+        b, k, d = ctx.shape[0], policy.num_steps, policy.flat_dim
+        chain = flat_chain.reshape(b, k + 1, d)
+        inputs = torch.cat([chain[:, :1], _bound(chain[:, 1:-1], policy.action_clip)], 1)  # (B, K, D) steps' inputs
+        if self.cfg.method == "flow-noise":
+            x = inputs.reshape(b * k, d)
+            t = (torch.arange(k, device=ctx.device, dtype=ctx.dtype) / k).repeat(b)  # (B K,)
+            ctx_k = ctx.repeat_interleave(k, 0)
+            means = (x + policy.velocity(ctx_k, x, t) / k).reshape(b, k, d)
+            stds = policy.noise_std(ctx_k, x, t).reshape(b, k, d)
+            return chain_log_prob(chain, means, stds), stds
+        rows = torch.arange(b, device=ctx.device)
+        x = inputs[rows, sde_step]  # (B, D)
+        t = sde_step.to(ctx.dtype) / k
+        mean, std = flow_sde_step_stats(x, policy.velocity(ctx, x, t), t, 1.0 / k, policy.config.sde_noise_level)
+        return diagonal_normal_log_prob(chain[rows, sde_step + 1], mean, std), std[:, None]
+
+    def update(self) -> dict[str, float]:
+        """Epochs x minibatches of PPO on the chain ratio (the value head only, during warm-up)."""
+        cfg, policy = self.cfg, self.policy
+        train_actor = self.updates >= cfg.critic_warmup_iterations
+        keys = ("value_loss", "surrogate_loss", "entropy", "clip_fraction", "approx_kl")
+        totals = torch.zeros(len(keys))
+        n, ratio_first = 0, 1.0
+        policy.train()
+        value_clip = cfg.value_clip if cfg.value_clip > 0 else None
+        for mb in self.storage.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
+            ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
+            value = policy.value(ctx)
+            value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
+            loss = cfg.value_loss_coef * value_loss
+            surrogate = entropy = torch.zeros(())
+            if train_actor:
+                log_prob, stds = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])
+                surrogate = dual_clip_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"], cfg.clip_param,
+                                                     cfg.dual_clip)
+                loss = loss + surrogate
+                if cfg.method == "flow-noise":
+                    entropy = noise_entropy(stds)
+                    loss = loss - cfg.entropy_coef * entropy
+            else:
+                with torch.no_grad():
+                    log_prob = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])[0]
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
+            self.critic_optimizer.step()
+            if train_actor:
+                torch.nn.utils.clip_grad_norm_(self.actor_parameters, cfg.max_grad_norm)
+                self.actor_optimizer.step()
+            with torch.no_grad():
+                lp = log_prob.detach()
+                if n == 0:  # before any step: the ratio must be 1
+                    ratio_first = torch.exp(lp - mb["log_probs"]).mean().item()
+                totals += torch.stack((value_loss.detach(), surrogate.detach(), entropy.detach(),
+                                       clip_fraction(lp, mb["log_probs"], cfg.clip_param),
+                                       approx_kl(lp, mb["log_probs"]))).cpu()
+            n += 1
+        policy.eval()
+        s = self.storage
+        s.step = 0
+        self.updates += 1
+        out = dict(zip(keys, (totals / n).tolist(), strict=True))
+        out["ratio_first"] = ratio_first
+        out["explained_variance"] = explained_variance(s.values.flatten(), s.returns.flatten()).item()
+        out["actor_trained"] = float(train_actor)
+        return out
+
+    def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        raise ConfigError("config error: exporting a VLA policy to ONNX is not available yet (issue 28, point 6)")
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        return {"policy": self.policy.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(), "generator": self.generator.get_state(),
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.generator.set_state(state["generator"])
+        self.updates = int(state["updates"])
+
+
+def build(cfg: VLARLConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.Generator) -> VLARL:
+    if cfg.num_mini_batches > cfg.num_steps_per_env * spec.num_envs:
+        raise ConfigError(f"config error: algo.num_mini_batches = {cfg.num_mini_batches}: more than the "
+                          f"{cfg.num_steps_per_env * spec.num_envs} decisions of an iteration")
+    return VLARL(cfg, policy, spec.num_envs, spec.obs_dim, generator)
+
+
+_SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_grid", "width", "heads", "prefix_layers",
+                 "expert_layers", "ffn_mult", "obs_normalization")
+"""Policy settings the SFT run must share (they shape the network or feed it)."""
+_SFT_KEYS = ("image_encoder.", "image_proj.", "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.",
+             "action_in.", "action_time_mlp.", "action_pos", "expert.", "action_out.", "obs_normalizer.",
+             "instruction_table", "state_columns")
+"""What SFT trained (everything but the noise head and the critic)."""
+
+ENTRY = ALGORITHMS.register("vla-rl", AlgorithmEntry(
+    config_cls=VLARLConfig, policy_config_cls=VLAPolicyConfig, runner_cls=OnPolicyRunner,
+    build_policy=build_vla_policy, build=build,
+    init_from=InitFrom(field="pretrained", algorithms=("vla-sft", "vla-rl"), keys=_SFT_KEYS,
+                       same_policy_fields=_SHAPE_FIELDS,
+                       missing="vla-rl fine-tunes a vla-sft run; pass --set algo.pretrained=<run or checkpoint> "
+                               "(train one with --algo vla-sft)")))
+"""The registry entry: the policy starts from `algo.pretrained`'s SFT weights."""

@@ -1,0 +1,145 @@
+"""Benchmark: a VLA on arm-pick-place-vision, SFT from scripted demonstrations, then πRL-style online RL.
+
+In one run: record `--demos` scripted-expert episodes with the task's camera and one instruction phrasing per
+episode (DART noise on the executed actions); train the VLA by flow-matching SFT (`--algo vla-sft`, `--sft-minutes`);
+evaluate it on fresh layouts (a seed no recording used) with the train phrasings and with the held-out ones, and
+per cube colour; then, from that SFT checkpoint, fine-tune it with each RL method (`--methods`: Flow-SDE PPO,
+Flow-Noise PPO) for `--rl-minutes` each and evaluate again. Peak memory (max RSS of this process) is printed.
+
+Targets: each RL method raises the success on the train phrasings by >= 20 points absolute (or to >= 90 %);
+the held-out phrasings stay within 10 points of the train phrasings (SFT and after RL).
+
+    python scripts/bench_vla.py                  # 200 demos, 20 min SFT, 60 min per RL method: ~2.5 h here
+    python scripts/bench_vla.py --rl-minutes 10  # a shorter look
+    python scripts/bench_vla.py --smoke          # every step once, at the smallest sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from robo_rl.cli import main as cli
+from robo_rl.learn.builders import build_env, load_policy, load_trained
+from robo_rl.learn.evaluation import inference_actor, rollout
+
+TASK = "arm-pick-place-vision"
+SFT_PRESET = "sim_configs/arm-pick-place-vision-vla-sft.yaml"
+RL_PRESET = "sim_configs/arm-pick-place-vision-vla-rl.yaml"
+EVAL_SEED = 9876
+"""Evaluation layouts: a seed neither the recording (0) nor training uses."""
+SMOKE = ("env.episode_length_s=0.3", "policy.width=32", "policy.heads=2", "policy.prefix_layers=1",
+         "policy.expert_layers=1")
+"""`--smoke`: a tiny VLA on 0.3 s episodes."""
+SMOKE_SFT = ("algo.num_steps_per_env=2", "algo.batch_size=8")
+SMOKE_RL = ("algo.num_steps_per_env=2", "algo.num_mini_batches=2", "algo.num_learning_epochs=1",
+            "algo.critic_warmup_iterations=1", "runner.max_iterations=2")
+
+
+def run_cli(argv: list[str]) -> None:
+    code = cli.main(argv)
+    if code:
+        raise SystemExit(f"robo-rl {' '.join(argv[:3])} ... failed with exit code {code}")
+
+
+def sets(overrides: tuple[str, ...]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
+
+
+@torch.no_grad()
+def success_by_instruction(run: Path, episodes: int, split: str) -> tuple[float, dict[str, float]]:
+    """(success rate, success per cube colour) of the run's deterministic policy over `episodes` first episodes of
+    fresh worlds whose instructions are drawn from `split` ("train" or "heldout")."""
+    import dataclasses
+
+    _, state, cfg = load_trained(run)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, instruction_split=split))
+    env = build_env(cfg, num_envs=episodes, seed=EVAL_SEED)
+    try:
+        policy = load_policy(state, cfg, env)
+        goal = None
+        success = torch.full((episodes,), float("nan"))
+        for step in rollout(env, inference_actor(policy)):
+            if goal is None:
+                goal = env.goal.clone()  # (N,) each world's cube in its first episode
+            ended = step.info["episode"]
+            if ended:
+                first = ended["ids"][success[ended["ids"]].isnan()]
+                keep = success[ended["ids"]].isnan()
+                success[first] = ended["success"][keep].float()
+            if not success.isnan().any():
+                break
+        names = env.instruction_set.goal_names
+    finally:
+        env.close()
+    per = {names[g]: success[goal == g].mean().item() for g in range(len(names)) if (goal == g).any()}
+    return success.mean().item(), per
+
+
+def evaluate(label: str, run: Path, episodes: int) -> tuple[float, float]:
+    train, per = success_by_instruction(run, episodes, "train")
+    held, per_held = success_by_instruction(run, episodes, "heldout")
+    colours = ", ".join(f"{c} {v:.2f}/{per_held.get(c, float('nan')):.2f}" for c, v in per.items())
+    print(f"{label}: success {train:.3f} with train phrasings, {held:.3f} with held-out ones (per colour, train/held-"
+          f"out: {colours})", flush=True)
+    return train, held
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--demos", type=int, default=200, help="expert episodes")
+    parser.add_argument("--noise", type=float, default=0.2, help="DART noise on the executed expert actions")
+    parser.add_argument("--sft-minutes", type=float, default=20.0)
+    parser.add_argument("--rl-minutes", type=float, default=60.0, help="training time per RL method")
+    parser.add_argument("--methods", nargs="+", default=["flow-sde", "flow-noise"])
+    parser.add_argument("--episodes", type=int, default=64, help="evaluation episodes per phrasing group")
+    parser.add_argument("--seed", type=int, default=0, help="training seed (SFT and RL)")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.demos, args.episodes, args.methods = 1, 2, ["flow-sde", "flow-noise"]
+        torch.set_num_threads(1)
+    root = Path(args.out or tempfile.mkdtemp(prefix="bench_vla_"))
+    common = ["--set", f"runner.log_dir={root}", "--set", "runner.eval_episodes=0", "--set",
+              "runner.progress_bar=false", "--seed", str(args.seed), *(sets(SMOKE) if args.smoke else [])]
+
+    t0 = time.perf_counter()
+    run_cli(["record", "--task", TASK, "--expert", "--cameras", "scene", "--episodes", str(args.demos),
+             "--noise", str(args.noise), "--num-envs", str(min(args.demos, 16)), "--out", str(root / "demos")])
+    print(f"recording: {time.perf_counter() - t0:.0f} s", flush=True)
+    run_cli(["train", "--config", SFT_PRESET, "--dataset", str(root / "demos"), "--max-time",
+             str(args.sft_minutes * 60), *common, *(sets(SMOKE_SFT) if args.smoke else []), "--run-name", "sft"])
+    sft_train, sft_held = evaluate("SFT", root / "sft", args.episodes)
+
+    results = {}
+    for method in args.methods:
+        name = f"rl_{method}"
+        run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={root / 'sft'}", "--set",
+                 f"algo.method={method}", "--max-time", str(args.rl_minutes * 60), *common,
+                 *(sets(SMOKE_RL) if args.smoke else []), "--run-name", name])
+        _, state, _ = load_trained(root / name)
+        print(f"{method}: {int(state['iteration'])} iterations in {float(state['train_time']):.0f} s", flush=True)
+        results[method] = evaluate(method, root / name, args.episodes)
+
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"runs in {root}; peak memory {peak_gb:.2f} GB")
+    print(f"TARGET vla_heldout_gap_points_sft measured={100 * abs(sft_train - sft_held):.1f} goal=<=10 "
+          f"{'PASS' if abs(sft_train - sft_held) <= 0.1 else 'FAIL'}")
+    for method, (train, held) in results.items():
+        gain = 100.0 * (train - sft_train)
+        ok = gain >= 20.0 or train >= 0.9
+        key = method.replace("-", "_")
+        print(f"TARGET vla_{key}_success_gain_points measured={gain:.1f} goal=>=20 {'PASS' if ok else 'FAIL'}")
+        print(f"TARGET vla_heldout_gap_points_{key} measured={100 * abs(train - held):.1f} goal=<=10 "
+              f"{'PASS' if abs(train - held) <= 0.1 else 'FAIL'}")
+    print(f"TARGET vla_peak_memory_gb measured={peak_gb:.2f} goal=<=8 {'PASS' if peak_gb <= 8 else 'FAIL'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -33,3 +33,15 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def write_with_companion(path: str | Path, data: bytes, companion: str | Path, companion_data: bytes) -> None:
+    """Write `companion` (e.g. a contract JSON or a tokenizer beside a graph), then `path`, each atomically; if writing
+    `path` fails the companion is removed too, so neither exists without the other."""
+    companion = Path(companion)
+    atomic_write(companion, lambda tmp: Path(tmp).write_bytes(companion_data))
+    try:
+        atomic_write(path, lambda tmp: Path(tmp).write_bytes(data))
+    except BaseException:
+        companion.unlink(missing_ok=True)
+        raise

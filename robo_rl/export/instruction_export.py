@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from robo_rl.core.files import atomic_write
+from robo_rl.core.files import write_with_companion
 from robo_rl.deploy.instruction import (
     ATTENTION_MASK,
     EMBEDDING,
@@ -110,11 +110,5 @@ def export_instruction_encoder(out: str | Path, *, model_dir: str | Path | None 
     if not error <= PARITY_TOLERANCE:
         raise ValueError(f"parity check failed: onnxruntime and torch embeddings differ by {error:.2e} "
                          f"(> {PARITY_TOLERANCE})")
-    data = tokenizer.path.read_bytes()
-    atomic_write(tok_out, lambda tmp: Path(tmp).write_bytes(data))
-    try:
-        atomic_write(out, lambda tmp: Path(tmp).write_bytes(model))
-    except BaseException:
-        tok_out.unlink(missing_ok=True)
-        raise
+    write_with_companion(out, model, tok_out, tokenizer.path.read_bytes())
     return tok_out

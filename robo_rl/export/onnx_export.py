@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from robo_rl.core.contract import DeployContract
-from robo_rl.core.files import atomic_write
+from robo_rl.core.files import write_with_companion
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import check_output_file
@@ -225,11 +225,6 @@ def export_policy(
         raise ValueError(f"parity check failed: onnxruntime and torch differ by {error:.2e} (> {PARITY_TOLERANCE})")
 
     json_path = out.with_suffix(".json")
-    atomic_write(json_path, lambda tmp: Path(tmp).write_text(contract.to_json()))
-    try:
-        atomic_write(out, lambda tmp: Path(tmp).write_bytes(model))
-    except BaseException:
-        json_path.unlink(missing_ok=True)
-        raise
+    write_with_companion(out, model, json_path, contract.to_json().encode())
     return contract
 

@@ -23,7 +23,7 @@ from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.errors import DatasetError
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig, gaussian_log_prob
-from robo_rl.learn.networks.flow import FlowPolicy
+from robo_rl.learn.networks.flow import FlowPolicy, check_chunk_and_noise
 from robo_rl.learn.runner import OfflineRunner
 
 
@@ -207,12 +207,7 @@ class FlowPolicyConfig:
         if self.step_noise and self.initial_noise != "sample":
             raise ConfigError("config error: policy.step_noise = true needs policy.initial_noise = sample (the chain "
                               "is stochastic from x_0 on)")
-        if self.execute_steps > self.horizon:
-            raise ConfigError(f"config error: policy.execute_steps = {self.execute_steps}: must be <= policy.horizon "
-                              f"= {self.horizon} (the actions of one chunk)")
-        if self.sigma_min > self.sigma_max:
-            raise ConfigError(f"config error: policy.sigma_min = {self.sigma_min!r}: must be <= policy.sigma_max "
-                              f"= {self.sigma_max!r}")
+        check_chunk_and_noise(self)
 
 
 @dataclass(frozen=True, kw_only=True)

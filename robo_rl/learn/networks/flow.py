@@ -22,6 +22,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from robo_rl.core.config import ConfigError
 from robo_rl.learn.networks.actor_critic import _LOG_SQRT_2PI, _normalizer, mlp
 
 
@@ -67,6 +68,17 @@ the prefix of a VLA); what the samplers below integrate."""
 StepStats = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 """(x_k (B, D), t_k (B,)) -> (mean (B, D), std (B, D)) of a stochastic denoising step x_{k+1} ~ N(mean, diag(std²));
 std = 0 marks a deterministic step (its sample is its mean)."""
+
+
+def check_chunk_and_noise(cfg) -> None:
+    """ConfigError (one line) unless a flow policy config's `execute_steps` <= `horizon` and `sigma_min` <=
+    `sigma_max` (FlowPolicyConfig, VLAPolicyConfig)."""
+    if cfg.execute_steps > cfg.horizon:
+        raise ConfigError(f"config error: policy.execute_steps = {cfg.execute_steps}: must be <= policy.horizon "
+                          f"= {cfg.horizon} (the actions of one chunk)")
+    if cfg.sigma_min > cfg.sigma_max:
+        raise ConfigError(f"config error: policy.sigma_min = {cfg.sigma_min!r}: must be <= policy.sigma_max "
+                          f"= {cfg.sigma_max!r}")
 
 
 def conditioned(velocity: VelocityNet, obs: Tensor, step: float | None = None) -> Velocity:

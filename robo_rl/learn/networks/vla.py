@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.learn.networks.actor_critic import mlp
-from robo_rl.learn.networks.flow import Velocity, euler_sample
+from robo_rl.learn.networks.flow import Velocity, check_chunk_and_noise, euler_sample
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 
 
@@ -108,12 +108,7 @@ class VLAPolicyConfig:
     obs_norm_clip: float = _f(5.0, ge=0.0)
 
     def validate(self) -> None:
-        if self.execute_steps > self.horizon:
-            raise ConfigError(f"config error: policy.execute_steps = {self.execute_steps}: must be <= policy.horizon "
-                              f"= {self.horizon} (the actions of one chunk)")
-        if self.sigma_min > self.sigma_max:
-            raise ConfigError(f"config error: policy.sigma_min = {self.sigma_min!r}: must be <= policy.sigma_max "
-                              f"= {self.sigma_max!r}")
+        check_chunk_and_noise(self)
         if self.width % self.heads:
             raise ConfigError(f"config error: policy.width = {self.width}: must be a multiple of policy.heads = "
                               f"{self.heads}")

@@ -79,6 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--duration", type=float, help="stop after this many seconds (default: until Ctrl-C)")
     dp.add_argument("--velocity", metavar="VX,VY,WZ", help="velocity command for legged policies")
     dp.add_argument("--target", metavar="X,Y,Z", help="end-effector target for reaching policies (base frame, m)")
+    dp.add_argument("--instruction", metavar="TEXT", help="what a policy that follows instructions (a VLA) does, e.g. "
+                                                        "\"put the red cube on the green marker\"")
+    dp.add_argument("--scene", metavar="envs/X.xml", help="sim transport: the twin's MJCF instead of the hardware "
+                                                         "file's (e.g. envs/panda_pick_vision.xml for a VLA)")
     dp.add_argument("--latency", type=float, default=0.0, help="sim transport: command latency (s)")
     dp.add_argument("--noise", type=float, default=0.0, help="sim transport: sensor noise std")
     dp.add_argument("--allow-unsafe-hardware", action="store_true",
@@ -411,6 +415,7 @@ _TRANSPORT_FLAGS = (
     ("--noise", "noise_std", lambda a: a.noise != 0.0),
     ("--domain-id", "domain_id", lambda a: a.domain_id != 0),
     ("--command-interface", "command_interface", lambda a: a.command_interface is not None),
+    ("--scene", "scene", lambda a: getattr(a, "scene", None) is not None),
     ("--dry-run", None, lambda a: a.dry_run),
     ("--reset-module", None, lambda a: a.reset_module != "home"),
     ("--reward", None, lambda a: bool(a.rewards)),
@@ -437,7 +442,7 @@ def _transport_options(args: argparse.Namespace, name: str) -> dict[str, Any]:
         raise UserError(f"{', '.join(f for f, _ in refused)}: only with --transport {' or '.join(takers) or '?'} "
                         f"(got --transport {name})")
     values = {"latency_s": args.latency, "noise_std": args.noise, "domain_id": args.domain_id,
-              "command_interface": args.command_interface}
+              "command_interface": args.command_interface, "scene": getattr(args, "scene", None)}
     return {option: values[option] for option in entry.options if option in values}
 
 
@@ -494,7 +499,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     _stop_on_signals()
     try:
         run_deploy(runtime, args.transport, options=options, commands=wanted, wrap_robot=wrap,
-                   duration_s=args.duration)
+                   duration_s=args.duration, instruction=args.instruction)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     finally:

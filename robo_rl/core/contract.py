@@ -22,6 +22,18 @@ READABLE_VERSIONS = (1, 2)
 """Versions `DeployContract.from_json` reads; a version-1 contract (one `action.kind` for all joints) is read
 as the equivalent version-2 contract with one term. Any other version is refused."""
 
+IMAGE_PREFIX = "image:"
+"""Input terms `image:<camera>`: the camera's frames, uint8 (1, 3, height, width) RGB in the graph."""
+INSTRUCTION = "instruction"
+"""The input term `instruction`: the sentence embedding (1, dim) float32 of the operator's instruction text, computed by
+the instruction encoder graph written beside the policy (`params.encoder`)."""
+IMAGE_PARAMS = ("height", "width", "channels", "resize")
+INSTRUCTION_PARAMS = ("encoder", "model", "max_length")
+RESIZE_RULES = ("none", "area")
+"""How a frame of another size becomes the graph's: `none` refuses it; `area` averages integer blocks (a frame
+k * height x k * width, the same k for both sides)."""
+
+
 def finite_number(value: Any) -> bool:
     """True for an int or float (not a bool) that is finite."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
@@ -32,7 +44,8 @@ class ObsTerm:
     """One observation term, in the order the policy reads them."""
 
     name: str
-    """A registered observation term (`robo_rl.terms.OBSERVATION_TERMS`) or `image:<camera>`."""
+    """A registered observation term (`robo_rl.terms.OBSERVATION_TERMS`); in `DeployContract.inputs`, an input term
+    (`image:<camera>`, `instruction`)."""
     dim: int
     """Size of the term for one history step."""
     scale: float = 1.0
@@ -41,6 +54,8 @@ class ObsTerm:
     """Symmetric clip applied after scaling (None: no clip)."""
     history: int = 1
     """Number of stacked steps, newest last."""
+    params: dict[str, Any] = field(default_factory=dict)
+    """Input terms only (`DeployContract.inputs`): what the graph input is (IMAGE_PARAMS, INSTRUCTION_PARAMS)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +123,7 @@ class DeployContract:
     torque_limits: tuple[float, ...]
     action: ActionSpec
     observation: tuple[ObsTerm, ...]
+    """The flat observation vector (graph input `obs`), terms in order."""
     policy_dt: float
     physics_dt: float
     quaternion_order: str = "wxyz"
@@ -118,6 +134,9 @@ class DeployContract:
     config_hash: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     """Task-specific facts (e.g. command ranges, target workspace)."""
+    inputs: tuple[ObsTerm, ...] = ()
+    """Graph inputs beyond `obs`, each under its own name (a VLA's): `image:<camera>` (uint8 frames) and
+    `instruction` (a sentence embedding); each input's `dim` is its size per batch row."""
 
     @property
     def obs_dim(self) -> int:
@@ -179,12 +198,23 @@ class DeployContract:
                 raise ValueError(f"{where}: clip = {t.clip!r}: must be a finite number > 0 or null")
             if not isinstance(t.history, int) or isinstance(t.history, bool) or t.history < 1:
                 raise ValueError(f"{where}: history = {t.history!r}: must be an integer >= 1")
+            if t.params:
+                raise ValueError(f"{where}: params = {t.params!r}: only input terms (contract inputs) have params")
+        validate_inputs(self.inputs)
 
     def with_run(self, run_id: str, config_hash: str, obs_normalization: bool) -> DeployContract:
         return replace(self, run_id=run_id, config_hash=config_hash, obs_normalization=obs_normalization)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
+        """The contract as JSON; empty `params` and `inputs` are left out (a contract without input terms reads as
+        it did before they existed)."""
+        raw = asdict(self)
+        for term in raw["observation"] + raw["inputs"]:
+            if not term["params"]:
+                del term["params"]
+        if not raw["inputs"]:
+            del raw["inputs"]
+        return json.dumps(raw, indent=2, sort_keys=True)
 
     @staticmethod
     def from_json(text: str) -> DeployContract:
@@ -203,11 +233,56 @@ class DeployContract:
             raw["action"] = _action_v1(raw) if version == 1 else _action_v2(raw["action"])
             raw["version"] = CONTRACT_VERSION
             raw["observation"] = tuple(ObsTerm(**t) for t in raw["observation"])
+            raw["inputs"] = tuple(ObsTerm(**t) for t in raw.get("inputs", ()))
             for key in ("joint_names", "default_joint_pos", "kp", "kd", "torque_limits"):
                 raw[key] = tuple(raw[key])
             return DeployContract(**raw)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"deploy contract is missing or has an unexpected field: {exc}") from None
+
+
+def image_input(camera: str, height: int, width: int, resize: str = "none") -> ObsTerm:
+    """The input term of a camera's RGB frames as the graph takes them: uint8 (B, 3, height, width)."""
+    return ObsTerm(name=f"{IMAGE_PREFIX}{camera}", dim=3 * height * width,
+                   params={"height": height, "width": width, "channels": "rgb", "resize": resize})
+
+
+def validate_inputs(inputs: tuple[ObsTerm, ...]) -> None:
+    """Check the input terms (`DeployContract.inputs`); ValueError (one line) naming the term and field."""
+    names = [t.name for t in inputs]
+    for i, t in enumerate(inputs):
+        where = f"contract inputs[{i}] ({t.name!r})"
+        if names.count(t.name) > 1:
+            raise ValueError(f"{where}: listed more than once")
+        if t.history != 1 or t.scale != 1.0 or t.clip is not None:
+            raise ValueError(f"{where}: input terms have history 1, scale 1 and no clip")
+        if t.name.startswith(IMAGE_PREFIX) and len(t.name) > len(IMAGE_PREFIX):
+            keys = IMAGE_PARAMS
+        elif t.name == INSTRUCTION:
+            keys = INSTRUCTION_PARAMS
+        else:
+            raise ValueError(f"{where}: unknown input term; allowed: {IMAGE_PREFIX}<camera>, {INSTRUCTION}")
+        if sorted(t.params) != sorted(keys):
+            raise ValueError(f"{where}: params must have exactly the keys {', '.join(keys)} (got "
+                             f"{', '.join(sorted(t.params)) or 'none'})")
+        if t.name == INSTRUCTION:
+            if not isinstance(t.params["encoder"], str) or not t.params["encoder"].endswith(".onnx"):
+                raise ValueError(f"{where}: params.encoder = {t.params['encoder']!r}: must name the encoder's .onnx "
+                                 "file")
+            if not isinstance(t.dim, int) or t.dim <= 0:
+                raise ValueError(f"{where}: dim = {t.dim!r}: must be an integer > 0")
+            continue
+        h, w = t.params["height"], t.params["width"]
+        for key, v in (("height", h), ("width", w)):
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{where}: params.{key} = {v!r}: must be an integer > 0")
+        if t.params["channels"] != "rgb":
+            raise ValueError(f"{where}: params.channels = {t.params['channels']!r}: allowed values are rgb")
+        if t.params["resize"] not in RESIZE_RULES:
+            raise ValueError(f"{where}: params.resize = {t.params['resize']!r}: allowed values are "
+                             f"{', '.join(RESIZE_RULES)}")
+        if t.dim != 3 * h * w:
+            raise ValueError(f"{where}: dim = {t.dim!r}: must be 3 * height * width = {3 * h * w}")
 
 
 def _action_v1(raw: dict[str, Any]) -> ActionSpec:

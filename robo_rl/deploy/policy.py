@@ -16,6 +16,7 @@ from robo_rl.deploy.actions import ActionMap
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.observations import IMU_SOURCES, ObservationBuilder, computable_terms
 from robo_rl.deploy.operator_commands import OperatorCommands
+from robo_rl.deploy.policy_inputs import PolicyInputs
 from robo_rl.deploy.robot import RobotState
 from robo_rl.terms import ACTION_TERMS, OBSERVATION_TERMS
 from robo_rl.terms import validate_contract as validate_terms
@@ -58,7 +59,7 @@ class OnnxPolicy:
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.noise_dim = int((self.contract.extra.get("flow") or {}).get("noise_input_dim", 0))
-        expected = [INPUT_NAME, NOISE_NAME] if self.noise_dim else [INPUT_NAME]
+        expected = [INPUT_NAME, *([NOISE_NAME] if self.noise_dim else []), *(t.name for t in self.contract.inputs)]
         if inputs != expected or tuple(outputs) != OUTPUT_NAMES:
             raise ValueError(f"policy file {p} has inputs {inputs} and outputs {outputs}; expected {expected} and "
                              f"{list(OUTPUT_NAMES)}")
@@ -75,10 +76,20 @@ class OnnxPolicy:
             raise ValueError(
                 f"policy file {p}: input width {width} differs from the contract's {self.contract.obs_dim}"
             )
+        for graph_input, term in zip(self.session.get_inputs()[len(inputs) - len(self.contract.inputs):],
+                                     self.contract.inputs, strict=True):
+            shape = [term.params["height"], term.params["width"]] if "height" in term.params else [term.dim]
+            if list(graph_input.shape[-len(shape):]) != shape:
+                raise ValueError(f"policy file {p}: input {term.name} of shape {graph_input.shape} does not match the "
+                                 f"contract's {shape}")
         self.path = p
 
-    def __call__(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, obs: np.ndarray, inputs: Mapping[str, np.ndarray] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
         """obs (O,) or (B, O) float32 -> (actions (A,) or (B, A), joint_targets (J,) or (B, J), contract joint order).
+
+        `inputs`: the contract's input terms ({name: (B, ...) array}, batched like obs), for a policy that has them
+        (a VLA: `robo_rl.deploy.policy_inputs`).
 
         A policy with contract action.chunk E > 1 returns chunks: (E, A) and (E, J), or (B, E, A) and (B, E, J).
 
@@ -90,6 +101,7 @@ class OnnxPolicy:
         if self.noise_dim:  # a flow policy's x_0 ~ N(0, I), as in simulation
             noise = self._noise if batch.shape[0] == 1 else np.empty((batch.shape[0], self.noise_dim), np.float32)
             feed[NOISE_NAME] = self.rng.standard_normal(out=noise, dtype=np.float32)
+        feed.update(inputs or {})
         actions, targets = self.session.run(list(OUTPUT_NAMES), feed)
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
 
@@ -218,6 +230,8 @@ class PolicyStep:
         self._chunk_pos = 0  # next row of _chunk; a new chunk is computed when it reaches E
         self._state_names: tuple[str, ...] | None = None
         self._state_to_robot = np.zeros(0, dtype=np.int64)
+        self.inputs = PolicyInputs(policy.contract.inputs, policy.path)
+        """A VLA's camera frames and instruction (`set_instruction`); empty for every other policy."""
 
     def set_command(self, name: str, value: object) -> np.ndarray:
         """Change one operator input; returns the value used (clamped to the trained range, with a warning).
@@ -227,6 +241,10 @@ class PolicyStep:
         """
         self.commands[name] = value
         return self.commands[name]
+
+    def set_instruction(self, text: str) -> None:
+        """Follow the instruction `text` (a VLA; ValueError, one line, for any other policy or a bad text)."""
+        self.inputs.set_instruction(text)
 
     def reset(self) -> None:
         self.last_action[:] = 0.0
@@ -238,10 +256,10 @@ class PolicyStep:
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
         self.last_obs = obs
         if self.chunk == 1:
-            actions, _ = self.policy(obs)
+            actions, _ = self.policy(obs, self.inputs(state.images))
         else:
             if self._chunk is None or self._chunk_pos >= self.chunk:
-                self._chunk, _ = self.policy(obs)  # (E, A)
+                self._chunk, _ = self.policy(obs, self.inputs(state.images))  # (E, A)
                 self._chunk_pos = 0
             actions = self._chunk[self._chunk_pos]
             self._chunk_pos += 1

@@ -100,6 +100,13 @@ class ConnectOptions:
     """ROS 2 command interface (forward_position, joint_trajectory, pd_targets); None: the hardware file's."""
     needs_ee: bool = False
     """The policy observes the end-effector position: wait for it too."""
+    cameras: tuple[tuple[str, int, int], ...] = ()
+    """(name, height, width) of each camera the policy reads (contract inputs `image:<camera>`): a simulated twin
+    renders them; a real robot's transport brings the frames of its cameras."""
+    render: Mapping[str, Any] | None = None
+    """How training drew the policy's images (contract extra.render), for a simulated twin to draw them alike."""
+    scene: str | None = None
+    """A simulated twin's MJCF instead of the hardware file's transport.sim.model (e.g. a task's own scene)."""
 
 
 class OperatorLink(Protocol):

@@ -105,11 +105,19 @@ class RuntimeConfig:
 
 def load_for_deploy(policy_path: str | Path, hardware_path: str | Path, *,
                     commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
-                    warn: Callable[[str], None] | None = None) -> tuple[HardwareSpec, PolicyStep]:
-    """Load and cross-check hardware file, policy and operator commands (ValueError, one line); touches no robot."""
+                    warn: Callable[[str], None] | None = None, instruction: str | None = None
+                    ) -> tuple[HardwareSpec, PolicyStep]:
+    """Load and cross-check hardware file, policy, operator commands and instruction (ValueError, one line); touches
+    no robot. A policy that follows instructions (a VLA) needs `instruction`; any other refuses one."""
     hw = load_hardware(find_asset(hardware_path, what="hardware file"), allow_unsafe=allow_unsafe_hardware, warn=warn)
     onnx_policy = OnnxPolicy(find_asset(policy_path, what="policy file"))
     policy = PolicyStep(onnx_policy, hw, commands, warn=warn)  # validates the contract and the commands
+    if instruction is not None:
+        policy.set_instruction(instruction)
+    elif policy.inputs.needs_instruction:
+        trained = (onnx_policy.contract.extra.get("instructions") or [""])[0]
+        raise ValueError("this policy follows an instruction: pass --instruction TEXT"
+                         + (f" (e.g. {trained!r})" if trained else ""))
     return hw, policy
 
 
@@ -220,11 +228,13 @@ class PolicyRuntime:
         return self._thread is not None and self._thread.is_alive()
 
     def configure(self, commands: Mapping[str, object] | None = None,
-                  warn: Callable[[str], None] | None = None) -> None:
-        """Load the policy and check its contract against the hardware file (ValueError, one line)."""
+                  warn: Callable[[str], None] | None = None, instruction: str | None = None) -> None:
+        """Load the policy and check its contract against the hardware file (ValueError, one line); `instruction`:
+        the text a VLA policy follows (`load_for_deploy`)."""
         c = self.config
         self.hw, self.policy = load_for_deploy(c.policy_path, c.hardware_config, commands=commands,
-                                               allow_unsafe_hardware=c.allow_unsafe_hardware, warn=warn or self._warn)
+                                               allow_unsafe_hardware=c.allow_unsafe_hardware, warn=warn or self._warn,
+                                               instruction=instruction)
         self.reset_module = make_reset(c.reset_module, self.hw)
         self.tracker = EpisodeTracker(make_reward(c.rewards, self.hw), self._emit)
 
@@ -243,6 +253,7 @@ class PolicyRuntime:
         # state timeout, and the first tick would find the state it waited for already stale.
         gc.collect()
         first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
+        self.policy.inputs.check_cameras(first.images)  # a camera the policy reads, missing or of another size
         c = self.attach(robot)
         c.request_ramp()
         self._stop.clear()

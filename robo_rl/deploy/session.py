@@ -34,6 +34,7 @@ from typing import Any, TextIO
 from robo_rl.deploy import transports as builtin_transports
 from robo_rl.deploy.controller import REALTIME_PRIORITY
 from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.policy import PolicyStep
 from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Transport
 from robo_rl.deploy.runtime import RUNTIME_REQUESTS, PolicyRuntime, RuntimeConfig, observes_ee
 from robo_rl.deploy.state_machine import Mode
@@ -74,7 +75,9 @@ def available_transports() -> dict[str, Transport]:
 
 def make_robot(transport_name: str, hw: HardwareSpec, control_dt: float, *, realtime: bool, latency_s: float = 0.0,
                noise_std: float = 0.0, seed: int = 0, physics_dt: float | None = None, domain_id: int = 0,
-               command_interface: str | None = None, needs_ee: bool = False) -> RobotInterface:
+               command_interface: str | None = None, needs_ee: bool = False,
+               cameras: tuple[tuple[str, int, int], ...] = (), render: Mapping[str, Any] | None = None,
+               scene: str | None = None) -> RobotInterface:
     """Connect to the robot through the registered transport `transport_name` (see ConnectOptions for the rest).
 
     `realtime=False` (fast-forward: one control period per command) is for rehearsal transports only.
@@ -85,17 +88,26 @@ def make_robot(transport_name: str, hw: HardwareSpec, control_dt: float, *, real
                          "transport)")
     options = ConnectOptions(control_dt=control_dt, realtime=realtime, physics_dt=physics_dt, latency_s=latency_s,
                              noise_std=noise_std, seed=seed, domain_id=domain_id, command_interface=command_interface,
-                             needs_ee=needs_ee)
+                             needs_ee=needs_ee, cameras=cameras, render=render, scene=scene)
     return entry.connect(hw, options)
 
 
 # ---------------------------------------------------------------------------------------------- by hand
+def camera_options(policy: PolicyStep) -> dict[str, Any]:
+    """The ConnectOptions of the cameras a policy reads: (name, height, width) of each, and how training drew them."""
+    terms = policy.inputs.images
+    cameras = tuple((c, t.params["height"], t.params["width"]) for c, t in zip(policy.inputs.cameras, terms,
+                                                                                strict=True))
+    return {"cameras": cameras, "render": policy.policy.contract.extra.get("render")}
+
+
 def open_session(policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
                  realtime: bool = True, latency_s: float = 0.0, noise_std: float = 0.0, seed: int = 0,
                  commands: Mapping[str, object] | None = None, allow_unsafe_hardware: bool = False,
                  warn: Callable[[str], None] | None = None,
                  wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, domain_id: int = 0,
-                 command_interface: str | None = None, realtime_priority: int = REALTIME_PRIORITY) -> PolicyRuntime:
+                 command_interface: str | None = None, realtime_priority: int = REALTIME_PRIORITY,
+                 instruction: str | None = None, scene: str | None = None) -> PolicyRuntime:
     """Load, cross-check and connect, and build the controller (in PASSIVE, not running): a PolicyRuntime whose
     `controller` the caller steps (`tick`) or runs itself; `.hw`, `.policy` and `.robot` are what was loaded.
 
@@ -111,6 +123,8 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
         domain_id, command_interface: DDS domain and (ros2 profile) command interface, transport dds.
         realtime_priority: SCHED_FIFO priority of the thread that runs the controller (0: normal; see
             Controller); used only with `realtime`.
+        instruction: the text a policy that follows instructions (a VLA) follows.
+        scene: the sim twin's MJCF instead of the hardware file's (e.g. envs/panda_pick_vision.xml).
 
     With `realtime=False` (rehearsal transports only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
@@ -122,11 +136,12 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     holder: dict[str, Any] = {}
     clock = time.monotonic if realtime else (lambda: holder["robot"].time)  # robot.time: rehearsal transports
     runtime = PolicyRuntime(config, log=say, warn=say, clock=clock)
-    runtime.configure(commands, warn=warn)
+    runtime.configure(commands, warn=warn, instruction=instruction)
     contract = runtime.policy.policy.contract
     robot = make_robot(transport, runtime.hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
                        noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt, domain_id=domain_id,
-                       command_interface=command_interface, needs_ee=observes_ee(runtime.policy))
+                       command_interface=command_interface, needs_ee=observes_ee(runtime.policy), scene=scene,
+                       **camera_options(runtime.policy))
     holder["robot"] = robot = wrap_robot(robot) if wrap_robot is not None else robot
     runtime.attach(robot)
     return runtime
@@ -153,7 +168,7 @@ def rehearse(runtime: PolicyRuntime, duration_s: float) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------------- live
 def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[str, Any] | None = None,
-               commands: Mapping[str, object] | None = None,
+               commands: Mapping[str, object] | None = None, instruction: str | None = None,
                wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, duration_s: float | None = None,
                stdin: TextIO | None = None, out: TextIO | None = None,
                status_every_s: float = 0.5) -> PolicyRuntime:
@@ -162,6 +177,7 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
     Args:
         options: ConnectOptions fields the user chose (latency_s, noise_std, seed, domain_id, command_interface).
         commands: operator commands to start with (velocity_command, target_pos).
+        instruction: the text a policy that follows instructions (a VLA) follows.
         wrap_robot: applied to the connected robot before the controller uses it (the CLI's recorder).
         duration_s: stop after this long (s); None: until Ctrl-C (or, rehearsing, DAMP / ESTOP).
         stdin: operator words typed here (`start` + Enter, ...) on a real transport; default sys.stdin.
@@ -170,14 +186,14 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
     stdin = sys.stdin if stdin is None else stdin  # looked up now: tests and callers may have replaced them
     out = sys.stdout if out is None else out
     entry = transport(transport_name)
-    runtime.configure(commands)
+    runtime.configure(commands, instruction=instruction)
     hw, policy = runtime.hw, runtime.policy
     contract = policy.policy.contract
     print(f"deploying {runtime.config.policy_path} on {hw.robot} ({transport_name}) at {1 / contract.policy_dt:g} "
           f"Hz; commands {({k: v.round(3).tolist() for k, v in policy.commands.items()})}; Ctrl-C stops safely",
           file=out, flush=True)
     robot = make_robot(transport_name, hw, contract.policy_dt, realtime=True, physics_dt=contract.physics_dt,
-                       needs_ee=observes_ee(policy), **dict(options or {}))
+                       needs_ee=observes_ee(policy), **camera_options(policy), **dict(options or {}))
     link = None
     try:
         if entry.operator_link is not None:

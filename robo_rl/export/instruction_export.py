@@ -28,7 +28,7 @@ from robo_rl.deploy.instruction import (
     file_sha256,
     tokenizer_path,
 )
-from robo_rl.export.onnx_export import OPSET
+from robo_rl.export import OPSET
 from robo_rl.learn.checkpoint import check_output_file
 from robo_rl.learn.networks.text_encoder import (
     MINILM_NAME,

@@ -5,6 +5,11 @@ PPO's Gaussian mean, SAC's bound * tanh(mean)) and the action post-processing (c
 stateless joint-space action terms):
 
     inputs:  obs            (B, O) float32, terms in contract order
+             noise          (B, D) float32, a flow policy's x_0 (contract extra.flow.noise_input_dim; absent: 0)
+             image:<camera> (B, 3, H, W) uint8 RGB, a VLA's camera frames (contract inputs)
+             instruction    (B, E) float32, a VLA's instruction embedding (contract inputs), computed by the
+                            instruction encoder written beside the policy: <name>.instruction.onnx and
+                            <name>.instruction.tokenizer.json (`robo_rl.export.instruction_export`)
     outputs: actions        (B, A) float32, the clipped policy action (what `last_action` observes)
              joint_targets  (B, J) float32, contract joint order: offset + scale * a for the action terms
                             whose record gives a `graph_affine` (joint_position_offset: the default pose;
@@ -32,17 +37,23 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from robo_rl.core.contract import DeployContract
+from robo_rl.core.contract import INSTRUCTION, DeployContract, ObsTerm, image_input
 from robo_rl.core.files import write_with_companion
+from robo_rl.deploy.instruction import MAX_TOKENS, tokenizer_path
 from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
+from robo_rl.export import OPSET
+from robo_rl.export.instruction_export import export_instruction_encoder
 from robo_rl.learn.builders import build_env, load_policy, load_trained
 from robo_rl.learn.checkpoint import check_output_file
 from robo_rl.learn.evaluation import inference_actor, rollout, run_episodes
+from robo_rl.learn.networks.text_encoder import MINILM_NAME
 from robo_rl.learn.run_folder import read_provenance
+from robo_rl.sim.render import RenderSettings
 from robo_rl.terms import ACTION_TERMS, validate_contract
 
-OPSET = 18
 PARITY_TOLERANCE = 1e-5
+VLA_PARITY_TOLERANCE = 1e-4
+"""A VLA's graph (an image encoder, transformers and K unrolled steps) is compared to this (float32)."""
 
 
 class ExportedPolicy(nn.Module):
@@ -61,7 +72,9 @@ class ExportedPolicy(nn.Module):
         self.normalizer = copy.deepcopy(normalizer)
         self.actor = copy.deepcopy(actor)
         self.noise_dim = int(getattr(policy, "noise_input_dim", 0))
-        """Size of the second input `noise` (a flow policy's x_0), 0 when the graph takes only `obs`."""
+        """Size of the second input `noise` (a flow policy's x_0), 0 when the graph takes no noise."""
+        self.input_names = [INPUT_NAME, *([NOISE_NAME] if self.noise_dim else []), *(t.name for t in contract.inputs)]
+        """The graph's inputs in order: obs, [noise,] then the contract's input terms (a VLA's image, instruction)."""
         self.clip = float(contract.action.clip) if contract.action.clip is not None else None
         index = {n: i for i, n in enumerate(contract.joint_names)}
         default = contract.default_joint_pos
@@ -83,9 +96,10 @@ class ExportedPolicy(nn.Module):
         # (J,) the terms' targets, concatenated in term order, back into contract joint order
         self.reorder = None if order == list(range(len(order))) else torch.argsort(torch.tensor(order)).tolist()
 
-    def forward(self, obs: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, obs: Tensor, *inputs: Tensor) -> tuple[Tensor, Tensor]:
+        """obs (B, O) and the further inputs of `input_names` -> (actions, joint_targets)."""
         obs_n = self.normalizer(obs)
-        actions = self.actor(obs_n, noise) if self.noise_dim else self.actor(obs_n)  # (B, A) or chunks (B, E, A)
+        actions = self.actor(obs_n, *inputs)  # (B, A) or chunks (B, E, A)
         if self.clip is not None:
             actions = actions.clamp(-self.clip, self.clip)
         parts = []
@@ -101,21 +115,31 @@ class ExportedPolicy(nn.Module):
         return actions, targets  # (B, A), (B, J); chunks (B, E, A), (B, E, J)
 
 
-def onnx_bytes(module: nn.Module, example: Tensor) -> bytes:
-    """Serialise `module` to ONNX (pinned opset, dynamic batch dimension; inputs `obs` and, for a flow policy that
-    samples its x_0, `noise`)."""
+def graph_inputs(module: nn.Module, obs: Tensor, inputs: tuple[Tensor, ...], noise: Tensor | None = None
+                 ) -> tuple[Tensor, ...]:
+    """The graph's inputs in `module.input_names` order: obs (B, O), a flow policy's noise (B, D) (`noise`, else
+    standard normal drawn with seed 0) and the further `inputs` (a VLA's image and instruction embedding)."""
+    noise_dim = getattr(module, "noise_dim", 0)
+    if noise_dim and noise is None:
+        noise = torch.randn(obs.shape[0], noise_dim, generator=torch.Generator().manual_seed(0))
+    return (obs, *([noise] if noise_dim else []), *inputs)
+
+
+def onnx_bytes(module: nn.Module, example: Tensor, *inputs: Tensor) -> bytes:
+    """Serialise `module` to ONNX (pinned opset, dynamic batch dimension; inputs `obs`, for a flow policy that
+    samples its x_0 `noise`, and the contract's input terms `inputs`, e.g. a VLA's image and instruction)."""
     module.eval()
     batch = torch.export.Dim("batch")
-    noise_dim = getattr(module, "noise_dim", 0)
-    inputs = (example,) if not noise_dim else (example, torch.zeros(example.shape[0], noise_dim))
+    examples = graph_inputs(module, example, inputs, torch.zeros(example.shape[0], getattr(module, "noise_dim", 0)))
     program = torch.onnx.export(
         module,
-        inputs,
+        examples,
         None,
-        input_names=[INPUT_NAME, NOISE_NAME][: len(inputs)],
+        input_names=list(getattr(module, "input_names", [INPUT_NAME])),
         output_names=list(OUTPUT_NAMES),
         opset_version=OPSET,
-        dynamic_shapes=tuple({0: batch} for _ in inputs),
+        # forward(obs, *inputs): torch.export sees the varargs as one tuple, and none when they are empty
+        dynamic_shapes=({0: batch}, *([tuple({0: batch} for _ in examples[1:])] if len(examples) > 1 else [])),
         dynamo=True,
         verbose=False,
     )
@@ -134,17 +158,15 @@ def embed_contract(model: bytes, contract: DeployContract) -> bytes:
     return proto.SerializeToString()
 
 
-def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
-    """Max |onnxruntime - torch| over both outputs for observations (B, O) (and, with a `noise` input, standard
-    normal noise); NaN entries must be NaN in both."""
+def parity_error(model: bytes, module: nn.Module, obs: Tensor, *inputs: Tensor) -> float:
+    """Max |onnxruntime - torch| over both outputs for observations (B, O) and the further `inputs` (B, ...) (with
+    a `noise` input, standard normal noise); NaN entries must be NaN in both."""
     import onnxruntime as ort
 
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    feed = {INPUT_NAME: obs.numpy().astype(np.float32)}
-    args: tuple[Tensor, ...] = (obs,)
-    if getattr(module, "noise_dim", 0):
-        noise = torch.randn(obs.shape[0], module.noise_dim, generator=torch.Generator().manual_seed(0))
-        feed[NOISE_NAME], args = noise.numpy(), (obs, noise)
+    args = graph_inputs(module, obs, inputs)
+    names = list(getattr(module, "input_names", [INPUT_NAME]))
+    feed = {name: x.numpy() for name, x in zip(names, args, strict=True)}
     got = session.run(list(OUTPUT_NAMES), feed)
     with torch.no_grad():
         want = module(*args)
@@ -157,10 +179,37 @@ def parity_error(model: bytes, module: nn.Module, obs: Tensor) -> float:
     return max(errors)
 
 
-def record_observations(env: Any, policy: nn.Module, steps: int) -> Tensor:
-    """Observations (steps * N, O) visited by the deterministic policy, for the parity check."""
-    visited = itertools.islice(rollout(env, inference_actor(policy), random_start=True), steps)
-    return torch.cat([step.obs["policy"] for step in visited])
+def record_observations(env: Any, policy: nn.Module, steps: int) -> dict[str, Tensor]:
+    """Observation groups ({group: (steps * N, ...)}) visited by the deterministic policy, for the parity check."""
+    visited = [step.obs for step in itertools.islice(rollout(env, inference_actor(policy), random_start=True), steps)]
+    return {key: torch.cat([obs[key] for obs in visited]) for key in visited[0]}
+
+
+def vla_contract(contract: DeployContract, policy: nn.Module, camera: str, image_size: int, out: Path
+                 ) -> DeployContract:
+    """A VLA's contract: the observation pruned to the state terms it reads (the graph's `obs`), its camera and
+    instruction as input terms (the encoder graph `<out stem>.instruction.onnx` beside the policy).
+
+    Raises:
+        ValueError: the state columns the policy reads are not whole contract terms (one line).
+    """
+    wanted = tuple(policy.config.state_terms)
+    observation = tuple(t for t in contract.observation if not wanted or t.name in wanted)
+    if sum(t.dim * t.history for t in observation) != policy.state_dim:
+        raise ValueError(f"the VLA reads {policy.state_dim} state columns, but its terms {list(wanted)} give "
+                         f"{sum(t.dim * t.history for t in observation)} in the contract")
+    instruction = ObsTerm(name=INSTRUCTION, dim=int(policy.instruction_table.shape[1]),
+                          params={"encoder": instruction_graph_path(out).name, "model": MINILM_NAME,
+                                  "max_length": MAX_TOKENS})
+    render = dataclasses.asdict(RenderSettings())  # how training drew the images: a twin draws them alike
+    return dataclasses.replace(contract, observation=observation,
+                               inputs=(image_input(camera, image_size, image_size), instruction),
+                               extra={**contract.extra, "render": render})
+
+
+def instruction_graph_path(policy_path: Path) -> Path:
+    """The instruction encoder written beside a VLA policy: `<name>.onnx` -> `<name>.instruction.onnx`."""
+    return policy_path.with_suffix(".instruction.onnx")
 
 
 def export_policy(
@@ -190,7 +239,14 @@ def export_policy(
     try:
         contract = env.contract  # first: a task without a contract (gym:<id>) is refused before any rollout
         policy = load_policy(state, cfg, env)
-        obs = record_observations(env, policy, parity_steps)  # (B, O)
+        reads_groups = bool(getattr(policy, "reads_observation_groups", False))
+        if reads_groups:  # a VLA: its state terms, camera and instruction (checked before any rollout)
+            for path, what in ((instruction_graph_path(out), "its instruction encoder"),
+                               (tokenizer_path(instruction_graph_path(out)), "its instruction tokenizer")):
+                check_output_file(path, f"--out ({what})")
+            contract = vla_contract(contract, policy, env.camera, cfg.env.image_size, out)
+        observed = record_observations(env, policy, parity_steps)  # {group: (B, ...)}
+        inputs = policy.graph_inputs(observed) if reads_groups else (observed["policy"],)  # (obs, *input terms)
         # one deterministic episode per world: the task metric in training, recorded in the contract
         evaluation = run_episodes(env, inference_actor(policy)) if evaluate else None
         contract = contract.with_run(
@@ -198,6 +254,7 @@ def export_policy(
             config_hash=state["config_hash"],
             obs_normalization=not isinstance(policy.inference_policy()[1], nn.Identity),
         )
+        instructions = list(env.instruction_set.texts) if reads_groups else []
     finally:
         env.close()
     if evaluation is not None:
@@ -219,12 +276,23 @@ def export_policy(
 
     validate_contract(contract)  # the robot refuses what the registry does not know: refuse it before writing
     module = ExportedPolicy(policy, contract)
-    model = embed_contract(onnx_bytes(module, obs[:4]), contract)
-    error = parity_error(model, module, obs)
-    if not error <= PARITY_TOLERANCE:
-        raise ValueError(f"parity check failed: onnxruntime and torch differ by {error:.2e} (> {PARITY_TOLERANCE})")
+    model = embed_contract(onnx_bytes(module, *(x[:4] for x in inputs)), contract)
+    error = parity_error(model, module, *inputs)
+    tolerance = VLA_PARITY_TOLERANCE if reads_groups else PARITY_TOLERANCE
+    if not error <= tolerance:
+        raise ValueError(f"parity check failed: onnxruntime and torch differ by {error:.2e} (> {tolerance})")
 
     json_path = out.with_suffix(".json")
-    write_with_companion(out, model, json_path, contract.to_json().encode())
+    if not reads_groups:
+        write_with_companion(out, model, json_path, contract.to_json().encode())
+        return contract
+    encoder = instruction_graph_path(out)
+    export_instruction_encoder(encoder, parity_texts=instructions)  # its own parity check; both files or none
+    try:
+        write_with_companion(out, model, json_path, contract.to_json().encode())
+    except BaseException:
+        for path in (encoder, tokenizer_path(encoder)):
+            path.unlink(missing_ok=True)
+        raise
     return contract
 

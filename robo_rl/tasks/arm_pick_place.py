@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.core.contract import ActionTermSpec, DeployContract, ObsTerm
 from robo_rl.core.instructions import SPLIT_CHOICES, InstructionSet
@@ -343,8 +342,11 @@ phrasing "put the <colour> cube on the green marker")."""
 class ArmPickPlaceVisionConfig(ArmPickPlaceConfig):
     """arm-pick-place-vision: arm-pick-place with three coloured cubes, a camera image and a text instruction."""
 
+    model: str = "envs/panda_pick_vision.xml"
+    """The arm-pick-place scene with one cube per entry of VISION_CUBES (red, blue, yellow), named cube_<colour>;
+    the twin rehearses in the same file."""
     cube_bodies: tuple[str, ...] = _f(tuple(f"cube_{c}" for c, _ in VISION_CUBES))
-    """Cube bodies; the scene gets one cube per entry of VISION_CUBES (red, blue, yellow), named cube_<colour>."""
+    """Cube bodies: the scene's cubes, cube_<colour> for each entry of VISION_CUBES."""
     image_size: int = _f(64, choices=(64, 96))
     """Side (pixels) of the square RGB image of the `scene` camera in the "image" observation group."""
     images: bool = True
@@ -396,36 +398,6 @@ class ArmPickPlaceVisionEnv(ArmPickPlaceEnv):
 
     def _task_buffers(self) -> dict[str, Tensor]:
         return {**super()._task_buffers(), "instruction": self.instruction}
-
-    def _load_model(self, cfg: ArmPickPlaceVisionConfig):
-        """The arm-pick-place scene with its cube recoloured and renamed, and the other coloured cubes added."""
-        import mujoco
-
-        check_model_file(cfg.model)
-        spec = mujoco.MjSpec.from_file(str(find_asset(cfg.model)))
-        first = spec.body("cube")
-        proto = spec.geom("cube")
-        if first is None or proto is None:
-            raise ConfigError(f"config error: env.model = {cfg.model!r}: needs a body and geom named 'cube'")
-        key = spec.keys[0] if len(spec.keys) else None
-        qpos = list(key.qpos) if key is not None else []
-        for i, (colour, rgb) in enumerate(VISION_CUBES):
-            if i == 0:
-                body, geom = first, proto
-                body.name, geom.name = f"cube_{colour}", f"cube_{colour}"
-                geom.material = ""
-            else:
-                y = 0.1 * (1 if i % 2 else -1) * ((i + 1) // 2)
-                body = spec.worldbody.add_body(name=f"cube_{colour}", pos=[0.5, y, proto.size[2]])
-                body.add_freejoint(name=f"cube_{colour}")
-                geom = body.add_geom(name=f"cube_{colour}", type=proto.type, size=proto.size, mass=proto.mass,
-                                     friction=proto.friction, condim=proto.condim, contype=proto.contype,
-                                     conaffinity=proto.conaffinity, solref=proto.solref, solimp=proto.solimp)
-                qpos += [0.5, y, float(proto.size[2]), 1.0, 0.0, 0.0, 0.0]
-            geom.rgba = [*rgb, 1.0]
-        if key is not None:
-            key.qpos = qpos
-        return spec.compile()
 
     @property
     def contract(self) -> DeployContract:

@@ -6,28 +6,22 @@ from __future__ import annotations
 from robo_rl.core.contract import ActionSpec, DeployContract, validate_action_structure
 from robo_rl.terms.records import ACTION_TERMS, OBSERVATION_TERMS, TermContext
 
-IMAGE_PREFIX = "image:"
-"""Observation names `image:<camera>` are camera frames (their own input group), not registered terms."""
-
 
 def validate_contract(contract: DeployContract) -> None:
     """`contract.validate()` (its structure), then its observation and action terms against the registries.
 
     Raises:
-        ValueError: one line naming the field: a term name outside the registry (allowed: the registered names,
-            `image:<camera>`), a dim other than the term's size, an action term of an unknown kind, with other
-            params than its schema's or params its kind refuses.
+        ValueError: one line naming the field: a term name outside the registry (input terms such as
+            `image:<camera>` belong to `contract.inputs`), a dim other than the term's size, an action term of an
+            unknown kind, with other params than its schema's or params its kind refuses.
     """
     contract.validate()
     validate_action(contract.action, contract.joint_names)
     context = TermContext(num_joints=len(contract.joint_names), action_dim=contract.action.dim)
     for i, t in enumerate(contract.observation):
         where = f"contract observation[{i}] ({t.name!r})"
-        if t.name.startswith(IMAGE_PREFIX):
-            continue
         if t.name not in OBSERVATION_TERMS:
-            raise ValueError(f"{where}: unknown term name; allowed: {', '.join(OBSERVATION_TERMS.names())}, "
-                             f"{IMAGE_PREFIX}<camera>")
+            raise ValueError(f"{where}: unknown term name; allowed: {', '.join(OBSERVATION_TERMS.names())}")
         expected = OBSERVATION_TERMS.get(t.name).expected_dim(context)
         if expected is not None and t.dim != expected:
             raise ValueError(f"{where}: dim = {t.dim}: the term has {expected} entries")

@@ -170,7 +170,7 @@ def test_random_shift_bad_pad(pad, frames):
 def test_onnx_export_takes_uint8_and_matches_torch(name, frames, request):
     import onnxruntime as ort
 
-    from robo_rl.export.onnx_export import OPSET
+    from robo_rl.export import OPSET
 
     encoder = _encoder(name, request).eval()
     encoder.cpu_chunk = 1  # torch encodes image by image; the exported graph is one batched graph all the same

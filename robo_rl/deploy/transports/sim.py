@@ -14,8 +14,14 @@ Configurable command latency and sensor noise; two ways to run:
 from __future__ import annotations
 
 import collections
+import copy
+import ctypes.util
+import os
+import queue
 import threading
 import time
+from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +47,9 @@ class SimRobot:
             of the MJCF's timestep. None keeps the MJCF's. control_dt must be a whole number of steps.
         object_body: a free body of the model (e.g. the cube an arm manipulates) whose position the state
             reports as `object_pos`, as a perception system would; None reports none.
+        cameras: (name, height, width) of each model camera whose RGB frames the state reports (`images`), drawn
+            with `render` as training drew them (`TwinCameras`).
+        render: drawing settings of the training's renderer (contract extra.render); None: MuJoCo's own.
 
     Raises:
         ValueError: the model lacks a joint or actuator, its base disagrees with `hw.kind` (a free joint
@@ -61,7 +70,11 @@ class SimRobot:
         seed: int = 0,
         physics_dt: float | None = None,
         object_body: str | None = None,
+        cameras: tuple[tuple[str, int, int], ...] = (),
+        render: Mapping[str, object] | None = None,
     ):
+        if cameras:
+            choose_headless_gl()
         import mujoco  # optional dependency of the robot side: only the twin needs it
 
         self._mj = mujoco
@@ -109,6 +122,7 @@ class SimRobot:
             if jnt < 0 or m.jnt_type[jnt] != mujoco.mjtJoint.mjJNT_FREE:
                 raise ValueError(f"sim model {model_path} has no body {object_body!r} with a free joint (the object)")
             self._object = (int(m.jnt_qposadr[jnt]), int(m.jnt_dofadr[jnt]))
+        self.cameras = TwinCameras(m, cameras, render) if cameras else None
         self._pending: collections.deque[tuple[float, JointCommand]] = collections.deque()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -147,6 +161,7 @@ class SimRobot:
                 imu_gyro=gyro,
                 ee_pos=d.sensordata[self._ee].copy() if self._ee is not None else None,
                 object_pos=d.qpos[self._object[0]:self._object[0] + 3].copy() if self._object else None,
+                images=self.cameras.frames(d) if self.cameras is not None else {},
             )
 
     def send_command(self, command: JointCommand) -> None:
@@ -159,6 +174,8 @@ class SimRobot:
         self._running = False
         if self._thread is not None:
             self._thread.join(timeout=1.0)
+        if self.cameras is not None:
+            self.cameras.close()
 
     # ------------------------------------------------------------------ simulation
     def reset(self, keyframe: str | None = "home", qpos: np.ndarray | None = None) -> None:
@@ -245,17 +262,141 @@ class SimRobot:
         return rot.reshape(3, 3).T @ lin_w, ang_b
 
 
+def choose_headless_gl() -> None:
+    """Pick a headless OpenGL for MuJoCo (egl, else osmesa) unless MUJOCO_GL is set; before mujoco is imported
+    (MuJoCo aborts the process when it renders with glfw and no display), as the training side does."""
+    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
+
+
+class TwinCameras:
+    """RGB frames of the twin's cameras, drawn as the training's renderer drew the policy's images.
+
+    An OpenGL context is current in one thread at a time, and the twin's state is read from whichever thread runs
+    the controller: one thread of its own owns the context and draws every frame (`render` waits for it). A state's
+    frames are drawn when first looked at (`frames`: the pose is kept, the drawing waits), so a policy that looks
+    every E-th tick (action chunks) costs one drawing per look, not one per tick.
+
+    Args:
+        model: the twin's model (a copy takes the drawing settings; the model itself is untouched).
+        cameras: (name, height, width) of each camera.
+        render: {num_slices, num_stacks, shadows, reflections, skybox, multisamples} as training drew (the contract's
+            extra.render); None keeps the model's own look.
+
+    Raises:
+        ValueError: a camera the model lacks (one line, listing the model's cameras).
+    """
+
+    def __init__(self, model, cameras: tuple[tuple[str, int, int], ...], render: Mapping[str, object] | None):
+        import mujoco
+
+        known = [mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, i) for i in range(model.ncam)]
+        for name, _, _ in cameras:
+            if name not in known:
+                raise ValueError(f"the twin's model has no camera {name!r} (cameras: {', '.join(known) or 'none'}; "
+                                 "is --scene the policy's?)")
+        look = copy.copy(model)
+        if render is not None:  # what robo_rl.sim.render.render_model and CameraRenderer set
+            look.vis.quality.offsamples = int(render["multisamples"])
+            if not render["shadows"]:
+                look.vis.quality.shadowsize = 0
+            look.vis.quality.numslices = int(render["num_slices"])
+            look.vis.quality.numstacks = int(render["num_stacks"])
+        look.vis.global_.offwidth = max(look.vis.global_.offwidth, *(w for _, _, w in cameras))
+        look.vis.global_.offheight = max(look.vis.global_.offheight, *(h for _, h, _ in cameras))
+        self.names = tuple(name for name, _, _ in cameras)
+        self._requests: queue.Queue = queue.Queue()
+        started: Future = Future()
+        self._thread = threading.Thread(target=self._serve, args=(look, cameras, render, started), daemon=True,
+                                        name="robo_rl-twin-cameras")
+        self._thread.start()
+        started.result()  # raises what creating the renderers raised
+
+    def _serve(self, look, cameras, render, started: Future) -> None:
+        import mujoco
+
+        try:
+            renderers = {}
+            for name, height, width in cameras:
+                renderer = mujoco.Renderer(look, height=height, width=width)
+                if render is not None:
+                    flags = renderer.scene.flags
+                    flags[mujoco.mjtRndFlag.mjRND_SHADOW] = bool(render["shadows"])
+                    flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = bool(render["reflections"])
+                    flags[mujoco.mjtRndFlag.mjRND_SKYBOX] = bool(render["skybox"])
+                renderers[name] = renderer
+        except Exception as exc:  # no OpenGL: reported by the constructor
+            started.set_exception(exc)
+            return
+        started.set_result(None)
+        scratch = mujoco.MjData(look)
+        while (request := self._requests.get()) is not None:
+            (qpos, mocap_pos), result = request
+            try:
+                scratch.qpos[:], scratch.mocap_pos[:] = qpos, mocap_pos
+                mujoco.mj_kinematics(look, scratch)
+                mujoco.mj_camlight(look, scratch)
+                frames = {}
+                for name, renderer in renderers.items():
+                    renderer.update_scene(scratch, camera=name)
+                    frames[name] = renderer.render().copy()
+                result.set_result(frames)
+            except Exception as exc:
+                result.set_exception(exc)
+        for renderer in renderers.values():
+            renderer.close()
+
+    def render(self, pose: tuple[np.ndarray, np.ndarray]) -> dict[str, np.ndarray]:
+        """{camera: (H, W, 3) uint8 RGB, rows top-down} of the pose (qpos (nq,), mocap_pos (nmocap, 3))."""
+        result: Future = Future()
+        self._requests.put((pose, result))
+        return result.result()
+
+    def frames(self, data) -> Mapping[str, np.ndarray]:
+        """The frames of the twin's current pose, drawn when first looked at (`LazyFrames`)."""
+        return LazyFrames(self, (data.qpos.copy(), data.mocap_pos.copy()), self.names)
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._requests.put(None)
+            self._thread.join(timeout=5.0)
+
+
+class LazyFrames(Mapping):
+    """{camera: (H, W, 3) uint8} of one kept pose, all drawn at the first look (a RobotState's `images`)."""
+
+    def __init__(self, cameras: TwinCameras, pose: tuple[np.ndarray, np.ndarray], names: tuple[str, ...]):
+        self._cameras, self._pose, self._names = cameras, pose, names
+        self._frames: dict[str, np.ndarray] | None = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._names:
+            raise KeyError(name)
+        if self._frames is None:
+            self._frames = self._cameras.render(self._pose)
+        return self._frames[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 def connect_twin(hw: HardwareSpec, options: ConnectOptions) -> SimRobot:
-    """The twin of `hw` (its `transport.sim` section: model, keyframe, object); ValueError (one line) without one."""
+    """The twin of `hw` (its `transport.sim` section: model, keyframe, object; `options.scene` replaces the model and
+    its object), rendering `options.cameras`; ValueError (one line) without a model."""
     sim = hw.transport.get("sim") or {}
-    if "model" not in sim:
+    if "model" not in sim and not options.scene:
         raise ValueError(f"hardware {hw.robot!r} has no transport.sim.model (the MJCF of its twin)")
-    model = find_asset(sim["model"], what=f"sim twin model of {hw.robot!r}")
+    scene = options.scene or sim["model"]
+    model = find_asset(scene, what=f"sim twin model of {hw.robot!r}")
     return SimRobot(model, hw, control_dt=options.control_dt, keyframe=sim.get("keyframe"), latency_s=options.latency_s,
                     noise_std=options.noise_std, realtime=options.realtime, seed=options.seed,
-                    physics_dt=options.physics_dt, object_body=sim.get("object"))
+                    physics_dt=options.physics_dt, object_body=None if options.scene else sim.get("object"),
+                    cameras=options.cameras, render=options.render)
 
 
 TRANSPORTS.register("sim", Transport(connect=connect_twin, rehearsal=True,
-                                     options=frozenset({"latency_s", "noise_std", "seed"}),
+                                     options=frozenset({"latency_s", "noise_std", "seed", "scene"}),
                                      help="the MuJoCo twin, in-process (real time, or fast-forward in tests)"))

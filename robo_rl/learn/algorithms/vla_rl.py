@@ -273,7 +273,7 @@ class VLARL:
         return out
 
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
-        raise ConfigError("config error: exporting a VLA policy to ONNX is not available yet (issue 28, point 6)")
+        return self.policy.inference_policy()
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:

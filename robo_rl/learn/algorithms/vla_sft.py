@@ -174,7 +174,7 @@ class VLASFT:
         return {"flow_loss": total / cfg.num_steps_per_env}
 
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
-        raise ConfigError("config error: exporting a VLA policy to ONNX is not available yet (issue 28, point 6)")
+        return self.policy.inference_policy()
 
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "optimizer": self.optimizer.state_dict(),

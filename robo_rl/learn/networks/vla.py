@@ -230,15 +230,18 @@ class VLAPolicy(nn.Module):
     # ------------------------------------------------------------------ the VLA interface
     def encode_prefix(self, obs: dict[str, Tensor]) -> Tensor:
         """Observation groups ("image" (N, 3, S, S) uint8, "text" (N,) long, "policy" (N, O)) -> ctx (N, L, W)."""
-        image, text, state = obs["image"], obs["text"], obs["policy"]
+        state = self.obs_normalizer(obs["policy"][:, self.state_columns])  # (N, O_s)
+        return self.fuse(obs["image"], self.instruction_table[obs["text"].long()], state)
+
+    def fuse(self, image: Tensor, instruction: Tensor, state: Tensor) -> Tensor:
+        """The prefix ctx (N, L, W) of images (N, 3, S, S) uint8, instruction embeddings (N, E) and normalised states
+        (N, O_s): what `encode_prefix` computes once the instruction is embedded (the exported graph's inputs)."""
         tokens = self.image_encoder(image)  # (N, T0, C)
         side, pooled = self._grid
         if pooled != side:
             grid = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, side, side)  # (N, C, side, side)
             tokens = nn.functional.adaptive_avg_pool2d(grid, pooled).flatten(2).transpose(1, 2)  # (N, T, C)
-        parts = [self.image_proj(tokens),
-                 self.text_proj(self.instruction_table[text.long()])[:, None],
-                 self.state_proj(self.obs_normalizer(state[:, self.state_columns]))[:, None]]
+        parts = [self.image_proj(tokens), self.text_proj(instruction)[:, None], self.state_proj(state)[:, None]]
         x = torch.cat(parts, dim=1) + self.prefix_pos  # (N, L, W)
         return self.prefix_norm(self.prefix(x))
 
@@ -285,3 +288,44 @@ class VLAPolicy(nn.Module):
             x0 = torch.randn(n, self.flat_dim, generator=self._eval_generator).to(ctx.device)
         chunk = self.sample(ctx, x0)
         return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
+
+    # ------------------------------------------------------------------ export
+    @property
+    def noise_input_dim(self) -> int:
+        """Width of the exported graph's `noise` input (x_0, D), or 0 when the chain starts from zeros."""
+        return self.flat_dim if self.config.initial_noise == "sample" else 0
+
+    def inference_policy(self) -> tuple[nn.Module, nn.Module]:
+        """(the deterministic chain as a module (normalised state, [noise,] image, instruction embedding) -> the E
+        executed actions (N, E, A) or (N, A), the state normaliser): what export turns into a graph."""
+        return VLAChain(self), self.obs_normalizer
+
+    def graph_inputs(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """The exported graph's inputs for observation groups: (raw state (N, O_s), image (N, 3, S, S) uint8,
+        instruction embedding (N, E))."""
+        return obs["policy"][:, self.state_columns], obs["image"], self.instruction_table[obs["text"].long()]
+
+    def deploy_extra(self) -> dict:
+        """What the deploy contract records of the exported chain (`extra["flow"]`, as for a flow policy)."""
+        return {"flow": {"num_steps": self.num_steps, "horizon": self.horizon, "variant": "vla",
+                         "initial_noise": self.config.initial_noise, "step_noise": False,
+                         "noise_input_dim": self.noise_input_dim, "execute_steps": self.execute_steps},
+                "vla": {"state_terms": list(self.config.state_terms)}}
+
+
+class VLAChain(nn.Module):
+    """A VLA's deterministic decision as one module for export: (normalised state (N, O_s), [noise (N, D),] image
+    (N, 3, S, S) uint8, instruction embedding (N, E)) -> the executed actions, as `VLAPolicy.act_inference`."""
+
+    def __init__(self, policy: VLAPolicy):
+        super().__init__()
+        self.policy = policy
+
+    def forward(self, state: Tensor, *inputs: Tensor) -> Tensor:
+        p = self.policy
+        noise = inputs[0] if p.noise_input_dim else None
+        image, instruction = inputs[-2:]
+        ctx = p.fuse(image, instruction, state)
+        x0 = noise if noise is not None else torch.zeros(state.shape[0], p.flat_dim, dtype=state.dtype)
+        chunk = p.sample(ctx, x0)
+        return chunk[:, 0] if p.execute_steps == 1 else chunk[:, : p.execute_steps]

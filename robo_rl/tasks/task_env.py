@@ -88,7 +88,7 @@ class TaskEnv(DomainRandomization, ResetGroups):
         )
         self.device = self.backend.device
         self.dt = cfg.physics_dt * cfg.decimation
-        self.max_episode_length = max(1, round(cfg.episode_length_s / self.dt))
+        self.max_episode_length = episode_steps(cfg)
         self.start_stride = min(self.max_episode_length, max(1, round(self.start_grid_s / self.dt)))  # steps
         # On the state's device, like every tensor of the env: construct it under `torch.device(device)`
         # (`make_env` does); on the CPU this is the same generator, so both backends draw the same states.
@@ -514,6 +514,12 @@ class TaskEnv(DomainRandomization, ResetGroups):
 
     def close(self) -> None:
         self.backend.close()
+
+
+def episode_steps(cfg: Any) -> int:
+    """Policy steps of an episode to its time-out (`max_episode_length`): env.episode_length_s / (physics_dt x
+    decimation), rounded, at least 1."""
+    return max(1, round(cfg.episode_length_s / (cfg.physics_dt * cfg.decimation)))
 
 
 _NO_SCOPE = nullcontext()

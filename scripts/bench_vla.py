@@ -4,12 +4,14 @@ In one run: record `--demos` scripted-expert episodes with the task's camera and
 episode (DART noise on the executed actions); train the VLA by flow-matching SFT (`--algo vla-sft`, `--sft-minutes`);
 evaluate it on fresh layouts (a seed no recording used) with the train phrasings and with the held-out ones, and
 per cube colour; then, from that SFT checkpoint, fine-tune it with each RL method (`--methods`: Flow-SDE PPO,
-Flow-Noise PPO) for `--rl-minutes` each and evaluate again. Peak memory (max RSS of this process) is printed.
+Flow-Noise PPO, and `grpo`: Flow-SDE with GRPO's critic-free advantages, groups of `GRPO_GROUP` worlds from one
+initial state and one whole episode per iteration) for `--rl-minutes` each and evaluate again. Peak memory (max RSS
+of this process) is printed.
 
 Targets: each RL method raises the success on the train phrasings by >= 20 points absolute (or to >= 90 %);
 the held-out phrasings stay within 10 points of the train phrasings (SFT and after RL).
 
-    python scripts/bench_vla.py                  # 200 demos, 20 min SFT, 60 min per RL method: ~2.5 h here
+    python scripts/bench_vla.py                  # 200 demos, 20 min SFT, 60 min per RL method: ~3.5 h here
     python scripts/bench_vla.py --rl-minutes 10  # a shorter look
     python scripts/bench_vla.py --smoke          # every step once, at the smallest sizes
 """
@@ -25,8 +27,10 @@ from pathlib import Path
 import torch
 
 from robo_rl.cli import main as cli
-from robo_rl.learn.builders import build_env, load_policy, load_trained
+from robo_rl.core.config import load_yaml
+from robo_rl.learn.builders import build_env, load_policy, load_trained, resolve_config
 from robo_rl.learn.evaluation import inference_actor, rollout
+from robo_rl.tasks.task_env import episode_steps
 
 TASK = "arm-pick-place-vision"
 SFT_PRESET = "sim_configs/arm-pick-place-vision-vla-sft.yaml"
@@ -39,6 +43,10 @@ SMOKE = ("env.episode_length_s=0.3", "policy.width=32", "policy.heads=2", "polic
 SMOKE_SFT = ("algo.num_steps_per_env=2", "algo.batch_size=8")
 SMOKE_RL = ("algo.num_steps_per_env=2", "algo.num_mini_batches=2", "algo.num_learning_epochs=1",
             "algo.critic_warmup_iterations=1", "runner.max_iterations=2")
+METHODS = {"flow-sde": "flow-sde", "flow-noise": "flow-noise", "grpo": "flow-sde + GRPO"}
+"""`--methods` name -> what it runs (its label)."""
+GRPO_GROUP = 8
+"""GRPO: worlds per group of shared initial states (the preset's 64 worlds: 8 groups)."""
 
 
 def run_cli(argv: list[str]) -> None:
@@ -49,6 +57,17 @@ def run_cli(argv: list[str]) -> None:
 
 def sets(overrides: tuple[str, ...]) -> list[str]:
     return [arg for o in overrides for arg in ("--set", o)]
+
+
+def method_overrides(method: str, overrides: tuple[str, ...]) -> tuple[str, ...]:
+    """The RL preset's settings for `method` on top of `overrides`; GRPO runs Flow-SDE's likelihood in groups of
+    GRPO_GROUP worlds, one whole episode (all its decisions) per iteration."""
+    if method != "grpo":
+        return (f"algo.method={method}",)
+    cfg = resolve_config(load_yaml(RL_PRESET), list(overrides))
+    decisions = -(-episode_steps(cfg.env) // cfg.policy.execute_steps)  # ceil
+    return ("algo.method=flow-sde", "algo.advantage=grpo", f"env.reset_group_size={GRPO_GROUP}",
+            f"algo.num_steps_per_env={decisions}")
 
 
 @torch.no_grad()
@@ -96,14 +115,14 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.2, help="DART noise on the executed expert actions")
     parser.add_argument("--sft-minutes", type=float, default=20.0)
     parser.add_argument("--rl-minutes", type=float, default=60.0, help="training time per RL method")
-    parser.add_argument("--methods", nargs="+", default=["flow-sde", "flow-noise"])
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--episodes", type=int, default=64, help="evaluation episodes per phrasing group")
     parser.add_argument("--seed", type=int, default=0, help="training seed (SFT and RL)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     if args.smoke:
-        args.demos, args.episodes, args.methods = 1, 2, ["flow-sde", "flow-noise"]
+        args.demos, args.episodes, args.methods = 1, 2, list(METHODS)
         torch.set_num_threads(1)
     root = Path(args.out or tempfile.mkdtemp(prefix="bench_vla_"))
     common = ["--set", f"runner.log_dir={root}", "--set", "runner.eval_episodes=0", "--set",
@@ -120,12 +139,14 @@ def main() -> None:
     results = {}
     for method in args.methods:
         name = f"rl_{method}"
-        run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={root / 'sft'}", "--set",
-                 f"algo.method={method}", "--max-time", str(args.rl_minutes * 60), *common,
-                 *(sets(SMOKE_RL) if args.smoke else []), "--run-name", name])
+        smoke = (*SMOKE, *SMOKE_RL) if args.smoke else ()
+        run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={root / 'sft'}", "--max-time",
+                 str(args.rl_minutes * 60), *common, *(sets(SMOKE_RL) if args.smoke else []),
+                 *sets(method_overrides(method, smoke)), "--run-name", name])
         _, state, _ = load_trained(root / name)
-        print(f"{method}: {int(state['iteration'])} iterations in {float(state['train_time']):.0f} s", flush=True)
-        results[method] = evaluate(method, root / name, args.episodes)
+        print(f"{METHODS[method]}: {int(state['iteration'])} iterations in {float(state['train_time']):.0f} s",
+              flush=True)
+        results[method] = evaluate(METHODS[method], root / name, args.episodes)
 
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"runs in {root}; peak memory {peak_gb:.2f} GB")

@@ -22,7 +22,7 @@ SMOKE_RUNS = [  # (script, arguments, how many TARGET lines it prints)
     ("bench_sac_locomotion.py", ["--smoke"], 2),  # SAC beside PPO on quadruped-walk-flat: PPO walks; terrain level
     ("bench_demos.py", ["--smoke"], 2),  # 50 Hz recording with two cameras: drops, save blocking
     ("bench_reinflow.py", ["--smoke"], 2),  # flow-bc then ReinFlow on arm-pick-place, K = 4 and K = 1
-    ("bench_vla.py", ["--smoke"], 6),  # VLA SFT, then Flow-SDE and Flow-Noise PPO: gains, held-out gaps, memory
+    ("bench_vla.py", ["--smoke"], 8),  # VLA SFT, then Flow-SDE PPO, Flow-Noise PPO, GRPO: gains, held-out gaps, memory
 ]
 """bench_adapter's smoke run is in mjlab's venv (tests/adapters/test_mjlab_venv.py); bench_deploy times real-time
 loops and DDS on a quiet machine and was never part of this test."""

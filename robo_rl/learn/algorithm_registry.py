@@ -46,6 +46,10 @@ class EnvSpec:
     """S, the image side (pixels)."""
     instructions: tuple[str, ...] = ()
     """The instruction texts the "text" group (N,) indexes; () for a task without instructions."""
+    reset_group_size: int = 1
+    """M: worlds g*M .. g*M+M-1 start every episode from one shared initial state (`env.reset_group_size`)."""
+    episode_decisions: int = 0
+    """Policy decisions (env steps, or chunks of them) of a whole episode, to its time-out; 0 when unknown."""
 
 
 @dataclass(frozen=True)

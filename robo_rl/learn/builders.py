@@ -9,6 +9,7 @@ registries; importing this module registers the task name families of the adapte
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,13 @@ def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = 
 
     A policy that executes action chunks (`policy.execute_steps` E > 1) gets the env that runs E actions per
     step (`robo_rl.adapters.chunked`): training, evaluation, videos and export all see chunk transitions.
+    An env of `num_envs` worlds (evaluation, videos, export's parity check) is never grouped: every world draws its
+    own initial states whatever `env.reset_group_size` says (training's groups, GRPO's).
     """
-    env = make_env(cfg.task, num_envs or cfg.sim.num_envs, cfg=cfg.env, seed=cfg.seed if seed is None else seed,
+    env_cfg = cfg.env
+    if num_envs is not None and getattr(env_cfg, "reset_group_size", 1) > 1:
+        env_cfg = dataclasses.replace(env_cfg, reset_group_size=1)
+    env = make_env(cfg.task, num_envs or cfg.sim.num_envs, cfg=env_cfg, seed=cfg.seed if seed is None else seed,
                    num_threads=cfg.sim.num_threads, backend=cfg.sim.backend, device=cfg.sim.device,
                    nconmax=cfg.sim.nconmax, njmax=cfg.sim.njmax)
     try:
@@ -43,8 +49,9 @@ def build_env(cfg: TrainConfig, num_envs: int | None = None, seed: int | None = 
 
 
 def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
-    """Sizes and action clip of a VecEnv (its `obs_dims`, `action_dim` and `action_clip`), and what a policy reading
-    images and instructions needs: its policy terms, camera and image size, and instruction texts."""
+    """Sizes and action clip of a VecEnv (its `obs_dims`, `action_dim` and `action_clip`), what a policy reading
+    images and instructions needs (its policy terms, camera and image size, and instruction texts), and its
+    episodes: groups of worlds with shared initial states, decisions to an episode's time-out."""
     dims = env.obs_dims
     cfg = getattr(env, "cfg", None)
     images = getattr(env, "camera", None) is not None and getattr(cfg, "images", False)
@@ -59,6 +66,8 @@ def env_spec(env: Any, device: str = "cpu") -> EnvSpec:
         camera=env.camera if images else None,
         image_size=cfg.image_size if images else 0,
         instructions=tuple(getattr(env, "instructions", ())),
+        reset_group_size=getattr(env, "reset_group_size", 1),
+        episode_decisions=-(-getattr(env, "max_episode_length", 0) // getattr(env, "steps_per_action", 1)),
     )
 
 

@@ -273,7 +273,12 @@ class Runner:
 
 
 class OnPolicyRunner(Runner):
-    """Rollouts of `algo.num_steps_per_env` steps, then one update (PPO)."""
+    """Rollouts of `algo.num_steps_per_env` steps, then one update (PPO).
+
+    An algorithm whose `whole_episodes` is true (GRPO) gets rollouts of whole episodes: every iteration starts with a
+    reset of all worlds at the start of their episodes, and each step's ended episodes (`info["episode"]`) go to its
+    `record_episode_ends` before `process_env_step`.
+    """
 
     def _iteration(self) -> tuple[dict[str, float], dict[str, list[float]], float]:
         algo = self.algo
@@ -281,10 +286,16 @@ class OnPolicyRunner(Runner):
         episode_logs: dict[str, list[float]] = {}
         obs = self.obs
         groups = getattr(algo, "reads_observation_groups", False)  # a VLA learner: images and instructions too
+        whole = getattr(algo, "whole_episodes", False)
+        if whole:
+            obs = self.env.reset(random_start=False)
+            self.episode_return.zero_()
         for _ in range(self.cfg.algo.num_steps_per_env):
             actions = algo.act(obs, obs) if groups else algo.act(obs["policy"], critic_group(obs))
             obs, reward, terminated, truncated, info = self._env_step(actions, episode_logs)
             final = info["final_obs"]
+            if whole:
+                algo.record_episode_ends(info["episode"])
             algo.process_env_step(reward, terminated, truncated, final if groups else critic_group(final))
         algo.compute_returns(obs if groups else critic_group(obs))
         self.obs = obs

@@ -105,6 +105,10 @@ class DomainRandomization:
         lo, hi = self.rand.action_latency_steps
         if hi > lo:
             self.action_delay[ids] = torch.randint(lo, hi + 1, (ids.numel(),), generator=self.generator)
+        self._clear_events(ids)
+
+    def _clear_events(self, ids: Tensor) -> None:
+        """Reset-time event state of worlds `ids` that is set, not drawn: an empty action queue, full push timers."""
         if self._action_queue is not None:
             self._action_queue[ids] = 0.0  # a reset world holds its reset pose until its first action arrives
         if self._pushes:

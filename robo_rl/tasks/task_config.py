@@ -18,3 +18,6 @@ class TaskConfig:
     """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
     obs_history: dict[str, int] = _f({})
     """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""
+    reset_group_size: int = _f(1, ge=1)
+    """M: worlds g*M .. g*M+M-1 form a group that starts every episode from one shared initial state (GRPO's
+    groups; `TaskEnv._reset_ids`); the number of worlds must be a multiple of M. Evaluation envs are never grouped."""

@@ -5,7 +5,8 @@ terms (`_action_term_specs`) from the term registry (`robo_rl.terms`), and fills
 (`_obs_sources`, `_reward_terms`, `_terminated`, `_reset_worlds`, `_episode_metrics`) that call the pure
 functions in `rewards.py`. The base class composes the observation manager (terms, noise, history, groups) and
 the action manager (terms, layout, targets) and owns the physics stepping, episode bookkeeping, auto-reset with
-`info["final_obs"]`, logging and the RNG.
+`info["final_obs"]`, logging and the RNG. Worlds can start in groups from shared initial states
+(`env.reset_group_size`, `robo_rl.tasks.reset_groups`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from robo_rl.tasks.events import DomainRandConfig
 from robo_rl.tasks.mjcf import load_mjcf
 from robo_rl.tasks.observation_manager import ObservationManager, with_history
 from robo_rl.tasks.randomization import DomainRandomization
+from robo_rl.tasks.reset_groups import ResetGroups
 from robo_rl.terms import TermContext
 from robo_rl.terms.joint_position_offset import joint_position_offset_spec
 
 
-class TaskEnv(DomainRandomization):
+class TaskEnv(DomainRandomization, ResetGroups):
     """Base VecEnv over a batched physics backend.
 
     Args:
@@ -77,6 +79,7 @@ class TaskEnv(DomainRandomization):
                  njmax: int | None = None):
         self.cfg = cfg
         self.num_envs = num_envs
+        self._setup_reset_groups()
         model = self._load_model(cfg)
         model.opt.timestep = cfg.physics_dt  # before the backend reads the model's options
         self.backend: PhysicsBackend = make_backend(
@@ -85,7 +88,7 @@ class TaskEnv(DomainRandomization):
         )
         self.device = self.backend.device
         self.dt = cfg.physics_dt * cfg.decimation
-        self.max_episode_length = max(1, round(cfg.episode_length_s / self.dt))
+        self.max_episode_length = episode_steps(cfg)
         self.start_stride = min(self.max_episode_length, max(1, round(self.start_grid_s / self.dt)))  # steps
         # On the state's device, like every tensor of the env: construct it under `torch.device(device)`
         # (`make_env` does); on the CPU this is the same generator, so both backends draw the same states.
@@ -254,7 +257,12 @@ class TaskEnv(DomainRandomization):
         return None
 
     def _reset_worlds(self, ids: Tensor) -> None:
-        """Put worlds `ids` (K,) into a new random initial state."""
+        """Put worlds `ids` (K,) into a new random initial state.
+
+        In grouped envs (`env.reset_group_size` > 1) it runs for each group's first world only and the others copy
+        the result (`robo_rl.tasks.reset_groups`): what it sets must live in the physics state's qpos and qvel, the
+        actuator targets, the mocap poses or the task's buffers (`_task_buffers`).
+        """
         raise NotImplementedError
 
     def _episode_metrics(self, ids: Tensor) -> dict[str, Tensor]:
@@ -288,7 +296,8 @@ class TaskEnv(DomainRandomization):
         but worlds time out together once per grid interval instead of a few every step. A reset
         costs a fixed ~40 small tensor ops however many worlds it covers, so this pays it once per
         interval (arm-reach at 1024 worlds: ~7 worlds every step become ~68 every 10th step; ~8 %
-        more steps/s). Failures (`_terminated`) still reset on the step they happen.
+        more steps/s). Failures (`_terminated`) still reset on the step they happen. The worlds of a group
+        (`env.reset_group_size`) share their random start.
         """
         if seed is not None:
             self.generator.manual_seed(seed)
@@ -296,7 +305,8 @@ class TaskEnv(DomainRandomization):
             self._reset_ids(torch.arange(self.num_envs))
             if random_start:
                 slots = -(-self.max_episode_length // self.start_stride)  # ceil
-                start = torch.randint(0, slots, (self.num_envs,), generator=self.generator)
+                m = self.reset_group_size
+                start = torch.randint(0, slots, (self.num_envs // m,), generator=self.generator).repeat_interleave(m)
                 self.episode_length[:] = start * self.start_stride
             return self._observe(fill_ids=torch.arange(self.num_envs))[0]
 
@@ -419,8 +429,11 @@ class TaskEnv(DomainRandomization):
     def _reset_ids(self, ids: Tensor) -> None:
         self._clocks.index_fill_(1, ids, 0)
         self.episode_sums.index_fill_(1, ids, 0.0)
-        self._reset_events(ids)
-        self._reset_worlds(ids)
+        if self.reset_group_size > 1:
+            self._reset_grouped(ids)
+        else:
+            self._reset_events(ids)
+            self._reset_worlds(ids)
         if self._lag_columns is not None:  # lagged motors start at their reset targets, not at zero
             b = self.backend
             b.state[ids[:, None], self._lag_columns] = b.ctrl[ids[:, None], self._act_columns]
@@ -462,6 +475,7 @@ class TaskEnv(DomainRandomization):
         out.update(self.observations.state_dict())
         out.update({f"randomization/{k}": v.clone() for k, v in self.randomization.items()})
         out.update({f"task/{k}": v.clone() for k, v in self._task_buffers().items()})
+        out.update(self._group_state_dict())
         return out
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
@@ -488,6 +502,7 @@ class TaskEnv(DomainRandomization):
             self._write_physics(torch.arange(self.num_envs))
         for k, v in self._task_buffers().items():
             v.copy_(state[f"task/{k}"])
+        self._load_group_state_dict(state)
         self._refresh()
 
     def _task_buffers(self) -> dict[str, Tensor]:
@@ -499,6 +514,12 @@ class TaskEnv(DomainRandomization):
 
     def close(self) -> None:
         self.backend.close()
+
+
+def episode_steps(cfg: Any) -> int:
+    """Policy steps of an episode to its time-out (`max_episode_length`): env.episode_length_s / (physics_dt x
+    decimation), rounded, at least 1."""
+    return max(1, round(cfg.episode_length_s / (cfg.physics_dt * cfg.decimation)))
 
 
 _NO_SCOPE = nullcontext()

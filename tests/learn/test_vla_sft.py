@@ -75,3 +75,33 @@ def test_vla_rl_fine_tunes_the_sft_run_and_resumes_exactly(vision_demos, tmp_pat
         assert torch.equal(value, resumed["algo"]["policy"][key]), key
     missing = call([*base, "--run-name", "rl3"])
     one_line_error(capsys, missing, "vla-rl fine-tunes a vla-sft run")
+
+
+def test_vla_rl_grpo_learns_from_whole_episodes_of_groups_and_resumes_exactly(vision_demos, tmp_path, capsys):
+    """GRPO (algo.advantage=grpo) on 2 groups of 2 worlds, one whole episode (5 decisions) per iteration: no critic
+    warm-up, the actor moves at once; stopped and resumed it ends with the same weights; evaluation envs are not
+    grouped (3 episodes); bad group settings are one line."""
+    assert _train(tmp_path, vision_demos / "ds", "sft", "--max-iterations", "1") == 0, capsys.readouterr().err
+    base = ["train", "--task", "arm-pick-place-vision", "--algo", "vla-rl", "--set", f"runner.log_dir={tmp_path}",
+            *SMALL, "--set", "runner.eval_episodes=3", "--set", "algo.num_mini_batches=2",
+            "--set", "env.episode_length_s=0.2", "--set", "algo.advantage=grpo", "--set", "algo.num_steps_per_env=5",
+            "--set", "algo.grpo_band=[0.0, 1.0]", "--set", f"algo.pretrained={tmp_path / 'sft'}"]
+    grpo = [*base, "--num-envs", "4", "--set", "env.reset_group_size=2"]
+    assert call([*grpo, "--run-name", "g", "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    straight = load_checkpoint(tmp_path / "g" / "model_000002.pt")
+    sft = load_checkpoint(tmp_path / "sft" / "model_000001.pt")["algo"]["policy"]
+    first = load_checkpoint(tmp_path / "g" / "model_000001.pt")["algo"]["policy"]
+    key = "expert.layers.0.linear1.weight"
+    assert not torch.equal(first[key], sft[key])  # no warm-up: the first iteration trains the actor
+    assert torch.equal(first["critic.0.weight"], straight["algo"]["policy"]["critic.0.weight"])  # never the critic
+    assert "group_start/task/goal" in straight["env"]
+    assert call([*grpo, "--run-name", "g2", "--max-iterations", "1"]) == 0, capsys.readouterr().err
+    assert call(["train", "--resume", str(tmp_path / "g2"), "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    resumed = load_checkpoint(tmp_path / "g2" / "model_000002.pt")
+    for name, value in straight["algo"]["policy"].items():
+        assert torch.equal(value, resumed["algo"]["policy"][name]), name
+    one_line_error(capsys, call([*base, "--num-envs", "3", "--set", "env.reset_group_size=2", "--run-name", "g3"]),
+                   "env.reset_group_size = 2: the number of worlds (3, sim.num_envs) must be a multiple of it")
+    one_line_error(capsys, call([*base, "--num-envs", "4", "--run-name", "g4"]),
+                   "algo.advantage = grpo compares episodes from one initial state")
+    assert not any((tmp_path / n).exists() for n in ("g3", "g4"))

@@ -42,7 +42,11 @@ class Algorithm(Protocol):
 
 
 class OnPolicyAlgorithm(Algorithm, Protocol):
-    """Driven by `OnPolicyRunner`: T x (act, process_env_step), compute_returns, update (T: algo.num_steps_per_env)."""
+    """Driven by `OnPolicyRunner`: T x (act, process_env_step), compute_returns, update (T: algo.num_steps_per_env).
+
+    Optional: `whole_episodes` (true: every iteration starts with all worlds reset, and `record_episode_ends(
+    info["episode"])` is called before each `process_env_step`; GRPO).
+    """
 
     def process_env_step(self, rewards: Tensor, terminated: Tensor, truncated: Tensor,
                          final_critic_obs: Tensor) -> None: ...

@@ -15,8 +15,14 @@ One transition is one decision: the first E actions of the chunk run open-loop (
 rewards summed, `algo.gamma` discounting per decision. The observation normaliser stays the SFT one (frozen), so
 the stored log-likelihoods stay exactly what the update recomputes (the first minibatch's ratio is 1).
 
-`grpo_advantages` is GRPO's critic-free advantage (group-normalised returns over rollouts from one initial state,
-groups whose success rate is outside a band dropped).
+**GRPO** (`algo.advantage: grpo`) is the critic-free alternative: the env's worlds form groups of M that start
+every episode from one shared initial state (`env.reset_group_size`, `robo_rl.tasks.reset_groups`); every iteration
+starts with a reset of all worlds and every world runs one whole episode (`num_steps_per_env` decisions must reach
+its time-out; a world's decisions after its episode ended, e.g. by a failure, are left out). Each episode's return
+(the sum of its rewards) is normalised within its group (`grpo_advantages`) and is the advantage of every decision
+of the episode; groups whose success rate (the task's `success` at the episode's end) lies outside `algo.grpo_band`
+are left out of the loss. No value head, no value loss, no critic warm-up; the same dual-clipped surrogate over
+either method's likelihood.
 
 The policy starts from a `vla-sft` run (`algo.pretrained`).
 """
@@ -54,6 +60,7 @@ from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
 from robo_rl.learn.runner import OnPolicyRunner
 
 METHODS = ("flow-noise", "flow-sde")
+ADVANTAGES = ("gae", "grpo")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +93,20 @@ class VLARLConfig:
     critic_warmup_iterations: int = _f(2, ge=0)
     """First iterations that train only the value head (the SFT policy needs a baseline first)."""
     normalize_advantage: bool = True
+    """Normalise GAE's advantages over the batch (GRPO's are normalised within their groups already)."""
+    advantage: str = _f("gae", choices=ADVANTAGES)
+    """How decisions are credited: `gae` (PPO with the value head) or `grpo` (critic-free: one whole episode per world
+    and iteration from its group's shared initial state, its return normalised within the group; needs
+    env.reset_group_size >= 2)."""
+    grpo_band: tuple[float, float] = _f((0.1, 0.9))
+    """GRPO: groups whose success rate lies outside [low, high] (all failed or all solved: no signal) are left out
+    of the loss."""
+
+    def validate(self) -> None:
+        band = self.grpo_band
+        if len(band) != 2 or not 0.0 <= band[0] <= band[1] <= 1.0:
+            raise ConfigError(f"config error: algo.grpo_band = {list(band)!r}: expected [low, high] with "
+                              "0 <= low <= high <= 1")
 
 
 def grpo_advantages(returns: Tensor, success: Tensor, band: tuple[float, float] = (0.1, 0.9),
@@ -110,6 +131,33 @@ def grpo_advantages(returns: Tensor, success: Tensor, band: tuple[float, float] 
     return advantages * keep[:, None], keep
 
 
+def grpo_decision_advantages(rewards: Tensor, dones: Tensor, success: Tensor, group_size: int,
+                             band: tuple[float, float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """GRPO's advantage of every decision of a rollout in which each world's first episode starts at decision 0 and
+    worlds g*M .. g*M+M-1 (M = `group_size`) started from one initial state.
+
+    Args:
+        rewards: (T, N) the decisions' rewards.
+        dones: (T, N) 1 where an episode ended with the decision.
+        success: (T, N) the task's success where an episode ended (read only there).
+        group_size: M.
+        band: `grpo_advantages`' success band.
+
+    Returns:
+        (advantages (T, N): the group-normalised return (sum of rewards) of each world's first episode on that
+         episode's decisions, 0 elsewhere;
+         in_loss (T, N) bool: the decisions of first episodes in kept groups;
+         keep (G,) bool: the groups kept;
+         won (N,) bool: each first episode's success).
+    """
+    inside = (dones.cumsum(0) - dones) == 0  # (T, N) decisions up to and including each world's first episode end
+    returns = (rewards * inside).sum(0)  # (N,)
+    won = (success * dones * inside).sum(0) > 0.5  # (N,)
+    advantages, keep = grpo_advantages(returns.view(-1, group_size), won.view(-1, group_size), band)  # (G, M), (G,)
+    in_loss = inside & keep.repeat_interleave(group_size)[None]  # (T, N)
+    return advantages.flatten()[None] * in_loss, in_loss, keep, won
+
+
 def _bound(x: Tensor, clip: float | None) -> Tensor:
     return x if clip is None else x.clamp(-clip, clip)
 
@@ -123,14 +171,17 @@ class VLARL:
         num_envs: N.
         obs_dim: O, the "policy" group's size (stored whole: the VLA picks its state columns).
         generator: torch RNG for the chains' noise, the hybrid steps and minibatch shuffling (saved in checkpoints).
+        group_size: M, the env's worlds per group of shared initial states (GRPO's groups).
     """
 
     reads_observation_groups = True
     """The runner passes the observation groups (image, instruction, state) to `act`, `process_env_step` and
     `compute_returns`."""
 
-    def __init__(self, cfg: VLARLConfig, policy: VLAPolicy, num_envs: int, obs_dim: int, generator: torch.Generator):
-        self.cfg, self.policy, self.generator = cfg, policy, generator
+    def __init__(self, cfg: VLARLConfig, policy: VLAPolicy, num_envs: int, obs_dim: int, generator: torch.Generator,
+                 group_size: int = 1):
+        self.cfg, self.policy, self.generator, self.group_size = cfg, policy, generator, group_size
+        self.grpo = cfg.advantage == "grpo"
         policy.eval()  # rollouts run in eval mode (its attention's fast path), fresh or resumed alike; `update` trains
         critic = list(policy.critic.parameters())
         ids = {id(p) for p in critic}
@@ -149,7 +200,17 @@ class VLARL:
         s.add_buffer("text", (), torch.long)
         s.add_buffer("policy", (obs_dim,))
         s.add_buffer("sde_step", (), torch.long)
+        if self.grpo:
+            s.add_buffer("in_loss", (), torch.bool)  # the decisions of kept groups' episodes
+            self.episode_success = torch.zeros(cfg.num_steps_per_env, num_envs, device=device)  # (T, N)
+        self._grpo_stats: dict[str, float] = {}
         self.updates = 0
+
+    @property
+    def whole_episodes(self) -> bool:
+        """GRPO: the runner starts every iteration with a reset of all worlds (`env.reset(random_start=False)`) and
+        passes each step's episode ends to `record_episode_ends`."""
+        return self.grpo
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -179,22 +240,49 @@ class VLARL:
         s.extras["sde_step"][t] = sde_step
         s.actions[t] = chain.flatten(1)
         s.log_probs[t] = log_prob
-        s.values[t] = policy.value(ctx)
+        if not self.grpo:  # GRPO has no critic
+            s.values[t] = policy.value(ctx)
         chunk = _bound(chain[:, -1], policy.action_clip).reshape(n, policy.horizon, policy.action_dim)
         return chunk[:, 0] if policy.execute_steps == 1 else chunk[:, : policy.execute_steps]
 
     @torch.no_grad()
+    def record_episode_ends(self, episode: dict[str, Tensor]) -> None:
+        """GRPO: the task's success of the episodes that ended in the last step (`info["episode"]`: ids (K,),
+        success (K,)), given before `process_env_step`.
+
+        Raises:
+            ConfigError: the task reports no success at an episode's end (one line).
+        """
+        if not episode:
+            return
+        if "success" not in episode:
+            metrics = ", ".join(k for k in episode if k != "ids") or "none"
+            raise ConfigError("config error: algo.advantage = grpo keeps groups by their success rate: this task "
+                              f"reports no success at an episode's end (its metrics: {metrics})")
+        self.episode_success[self.storage.step, episode["ids"]] = episode["success"].to(self.episode_success)
+
+    @torch.no_grad()
     def process_env_step(self, rewards: Tensor, terminated: Tensor, truncated: Tensor,
                          final_obs: dict[str, Tensor]) -> None:
-        """Record the outcome of the last `act`; time-outs bootstrap from V of the final observation's prefix."""
+        """Record the outcome of the last `act`; time-outs bootstrap from V of the final observation's prefix (GAE;
+        GRPO sums the episode's rewards as they are)."""
         def final_values(ids: Tensor) -> Tensor:
             return self.policy.value(self.policy.encode_prefix({k: v[ids] for k, v in final_obs.items()}))
-        self.storage.record_outcome(bootstrap_time_outs(rewards, truncated, final_values, self.cfg.gamma),
-                                    terminated, truncated)
+        if not self.grpo:
+            rewards = bootstrap_time_outs(rewards, truncated, final_values, self.cfg.gamma)
+        self.storage.record_outcome(rewards, terminated, truncated)
 
     @torch.no_grad()
     def compute_returns(self, last_obs: dict[str, Tensor]) -> None:
         s = self.storage
+        if self.grpo:
+            s.advantages, in_loss, keep, won = grpo_decision_advantages(s.rewards, s.dones, self.episode_success,
+                                                                        self.group_size, self.cfg.grpo_band)
+            s.extras["in_loss"].copy_(in_loss)
+            self.episode_success.zero_()
+            self._grpo_stats = {"grpo_kept_groups": keep.float().mean().item(),
+                                "grpo_success_rate": won.float().mean().item()}
+            return
         s.compute_returns(self.policy.value(self.policy.encode_prefix(last_obs)), self.cfg.gamma, self.cfg.lam)
         if self.cfg.normalize_advantage:
             s.advantages = normalize_advantages(s.advantages)
@@ -221,20 +309,27 @@ class VLARL:
         return diagonal_normal_log_prob(chain[rows, sde_step + 1], mean, std), std[:, None]
 
     def update(self) -> dict[str, float]:
-        """Epochs x minibatches of PPO on the chain ratio (the value head only, during warm-up)."""
-        cfg, policy = self.cfg, self.policy
-        train_actor = self.updates >= cfg.critic_warmup_iterations
+        """Epochs x minibatches of PPO on the chain ratio (the value head only, during warm-up); GRPO: the actor on
+        the decisions of kept groups' episodes only (a minibatch without one is skipped), no critic."""
+        cfg, policy, grpo = self.cfg, self.policy, self.grpo
+        train_actor = grpo or self.updates >= cfg.critic_warmup_iterations
         keys = ("value_loss", "surrogate_loss", "entropy", "clip_fraction", "approx_kl")
         totals = torch.zeros(len(keys))
         n, ratio_first = 0, 1.0
         policy.train()
         value_clip = cfg.value_clip if cfg.value_clip > 0 else None
         for mb in self.storage.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
+            if grpo:
+                rows = mb["in_loss"].nonzero().squeeze(-1)  # (B',) dropped groups contribute nothing
+                if rows.numel() == 0:
+                    continue
+                mb = {k: v.index_select(0, rows) for k, v in mb.items()}
             ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
-            value = policy.value(ctx)
-            value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
-            loss = cfg.value_loss_coef * value_loss
-            surrogate = entropy = torch.zeros(())
+            loss = value_loss = surrogate = entropy = torch.zeros(())
+            if not grpo:
+                value = policy.value(ctx)
+                value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
+                loss = cfg.value_loss_coef * value_loss
             if train_actor:
                 log_prob, stds = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])
                 surrogate = dual_clip_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"], cfg.clip_param,
@@ -249,8 +344,9 @@ class VLARL:
             self.actor_optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
-            self.critic_optimizer.step()
+            if not grpo:
+                torch.nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
+                self.critic_optimizer.step()
             if train_actor:
                 torch.nn.utils.clip_grad_norm_(self.actor_parameters, cfg.max_grad_norm)
                 self.actor_optimizer.step()
@@ -266,10 +362,14 @@ class VLARL:
         s = self.storage
         s.step = 0
         self.updates += 1
-        out = dict(zip(keys, (totals / n).tolist(), strict=True))
+        out = dict(zip(keys, (totals / max(n, 1)).tolist(), strict=True))
         out["ratio_first"] = ratio_first
-        out["explained_variance"] = explained_variance(s.values.flatten(), s.returns.flatten()).item()
-        out["actor_trained"] = float(train_actor)
+        out["actor_trained"] = float(train_actor and n > 0)
+        if grpo:
+            del out["value_loss"]
+            out.update(self._grpo_stats)
+        else:
+            out["explained_variance"] = explained_variance(s.values.flatten(), s.returns.flatten()).item()
         return out
 
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -293,7 +393,17 @@ def build(cfg: VLARLConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.G
     if cfg.num_mini_batches > cfg.num_steps_per_env * spec.num_envs:
         raise ConfigError(f"config error: algo.num_mini_batches = {cfg.num_mini_batches}: more than the "
                           f"{cfg.num_steps_per_env * spec.num_envs} decisions of an iteration")
-    return VLARL(cfg, policy, spec.num_envs, spec.obs_dim, generator)
+    if cfg.advantage == "grpo":
+        if spec.reset_group_size < 2:
+            raise ConfigError(f"config error: algo.advantage = grpo compares episodes from one initial state: set "
+                              f"env.reset_group_size to 2 or more (it is {spec.reset_group_size}; sim.num_envs = "
+                              f"{spec.num_envs} must be a multiple of it)")
+        if cfg.num_steps_per_env < spec.episode_decisions:
+            raise ConfigError(f"config error: algo.num_steps_per_env = {cfg.num_steps_per_env}: GRPO runs one whole "
+                              f"episode per world and iteration, {spec.episode_decisions} decisions here "
+                              "(env.episode_length_s / policy_dt / policy.execute_steps, rounded up); set it to "
+                              f"{spec.episode_decisions}")
+    return VLARL(cfg, policy, spec.num_envs, spec.obs_dim, generator, spec.reset_group_size)
 
 
 _SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_grid", "width", "heads", "prefix_layers",

@@ -3,6 +3,8 @@
 import av
 import pytest
 
+from tests.conftest import REPO
+
 
 def read_scalars(run_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -71,3 +73,21 @@ def test_config_file_and_time_budget(cli, tmp_path):
     assert result.returncode == 0, result.stderr
     assert "it 200/200" not in result.stdout  # stopped by the 1 s budget, well before the preset's 200
     assert list((tmp_path / "timed").glob("model_*.pt"))  # and still saved a checkpoint
+
+
+def test_offline_learners_are_known_before_torch_is_imported():
+    """The CLI leaves torch's OpenMP workers their default wait policy for offline learners (they step no physics);
+    its list must be the registry's OfflineRunner algorithms."""
+    from robo_rl.cli.main import OFFLINE_ALGORITHMS, _parser, _trains_offline
+    from robo_rl.learn.algorithm_registry import ALGORITHMS
+    from robo_rl.learn.runner import OfflineRunner
+
+    offline = {n for n in ALGORITHMS.names() if issubclass(ALGORITHMS.get(n).runner_cls, OfflineRunner)}
+    assert offline == set(OFFLINE_ALGORITHMS)
+
+    def train(*args: str) -> bool:
+        return _trains_offline(_parser().parse_args(["train", *args]))
+
+    assert train("--algo", "flow-bc") and not train("--algo", "ppo") and not train("--task", "arm-reach")
+    assert train("--config", str(REPO / "sim_configs" / "arm-pick-place-vision-vla-sft.yaml"))
+    assert not train("--config", str(REPO / "sim_configs" / "arm-pick-place-vision-vla-rl.yaml"))

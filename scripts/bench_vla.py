@@ -14,6 +14,7 @@ the held-out phrasings stay within 10 points of the train phrasings (SFT and aft
     python scripts/bench_vla.py                  # 200 demos, 20 min SFT, 60 min per RL method: ~3.5 h here
     python scripts/bench_vla.py --rl-minutes 10  # a shorter look
     python scripts/bench_vla.py --smoke          # every step once, at the smallest sizes
+    python scripts/bench_vla.py --sft-run runs/vla_sft --methods flow-sde   # RL from a longer SFT run
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="training seed (SFT and RL)")
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--sft-run", default="", help="start from this vla-sft run (e.g. one trained for hours, "
+                        "resumed across sessions) instead of recording and SFT here")
     args = parser.parse_args()
     if args.smoke:
         args.demos, args.episodes, args.methods = 1, 2, list(METHODS)
@@ -128,19 +131,23 @@ def main() -> None:
     common = ["--set", f"runner.log_dir={root}", "--set", "runner.eval_episodes=0", "--set",
               "runner.progress_bar=false", "--seed", str(args.seed), *(sets(SMOKE) if args.smoke else [])]
 
-    t0 = time.perf_counter()
-    run_cli(["record", "--task", TASK, "--expert", "--cameras", "scene", "--episodes", str(args.demos),
-             "--noise", str(args.noise), "--num-envs", str(min(args.demos, 16)), "--out", str(root / "demos")])
-    print(f"recording: {time.perf_counter() - t0:.0f} s", flush=True)
-    run_cli(["train", "--config", SFT_PRESET, "--dataset", str(root / "demos"), "--max-time",
-             str(args.sft_minutes * 60), *common, *(sets(SMOKE_SFT) if args.smoke else []), "--run-name", "sft"])
-    sft_train, sft_held = evaluate("SFT", root / "sft", args.episodes)
+    sft = Path(args.sft_run) if args.sft_run else root / "sft"
+    if not args.sft_run:
+        t0 = time.perf_counter()
+        run_cli(["record", "--task", TASK, "--expert", "--cameras", "scene", "--episodes", str(args.demos),
+                 "--noise", str(args.noise), "--num-envs", str(min(args.demos, 16)), "--out", str(root / "demos")])
+        print(f"recording: {time.perf_counter() - t0:.0f} s", flush=True)
+        run_cli(["train", "--config", SFT_PRESET, "--dataset", str(root / "demos"), "--max-time",
+                 str(args.sft_minutes * 60), *common, *(sets(SMOKE_SFT) if args.smoke else []), "--run-name", "sft"])
+    _, state, _ = load_trained(sft)
+    print(f"SFT: {int(state['iteration'])} iterations in {float(state['train_time']):.0f} s ({sft})", flush=True)
+    sft_train, sft_held = evaluate("SFT", sft, args.episodes)
 
     results = {}
     for method in args.methods:
         name = f"rl_{method}"
         smoke = (*SMOKE, *SMOKE_RL) if args.smoke else ()
-        run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={root / 'sft'}", "--max-time",
+        run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={sft}", "--max-time",
                  str(args.rl_minutes * 60), *common, *(sets(SMOKE_RL) if args.smoke else []),
                  *sets(method_overrides(method, smoke)), "--run-name", name])
         _, state, _ = load_trained(root / name)

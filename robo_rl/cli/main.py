@@ -366,7 +366,13 @@ def cmd_play(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- export
 def cmd_export(args: argparse.Namespace) -> int:
-    from robo_rl.export.onnx_export import PARITY_TOLERANCE, export_policy
+    from robo_rl.deploy.instruction import tokenizer_path
+    from robo_rl.export.onnx_export import (
+        PARITY_TOLERANCE,
+        VLA_PARITY_TOLERANCE,
+        export_policy,
+        instruction_graph_path,
+    )
 
     _print_provenance(args.run)
     try:
@@ -374,8 +380,13 @@ def cmd_export(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     out = Path(args.out)
-    print(f"exported {out} and {out.with_suffix('.json')} (parity onnxruntime vs torch <= {PARITY_TOLERANCE:g})")
-    print(f"robot {contract.robot}, {contract.obs_dim} observations -> {contract.action_dim} actions "
+    files = [out, out.with_suffix(".json")]
+    if any(t.name == "instruction" for t in contract.inputs):
+        files += [instruction_graph_path(out), tokenizer_path(instruction_graph_path(out))]
+    tolerance = VLA_PARITY_TOLERANCE if contract.inputs else PARITY_TOLERANCE
+    print(f"exported {', '.join(map(str, files))} (parity onnxruntime vs torch <= {tolerance:g})")
+    inputs = "".join(f" + {t.name}" for t in contract.inputs)  # a VLA's camera and instruction
+    print(f"robot {contract.robot}, {contract.obs_dim} observations{inputs} -> {contract.action_dim} actions "
           f"({', '.join(contract.action.kinds)}) -> {len(contract.joint_names)} joint targets "
           f"at {1 / contract.policy_dt:g} Hz")
     evaluation = contract.extra.get("train_eval")

@@ -3,6 +3,10 @@ bad input is one line (the commands run in-process, as tests/learn/test_bc.py ru
 
 from __future__ import annotations
 
+import shutil
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -52,7 +56,15 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
     arm = call(["train", "--task", "arm-pick-place", "--algo", "vla-sft", "--dataset", str(vision_demos / "ds"),
                 "--run-name", "e", "--set", f"runner.log_dir={tmp_path}"])
     one_line_error(capsys, arm, "a VLA policy reads a camera image and an instruction")
-    assert not any((tmp_path / n).exists() for n in "cde")
+    # a recording whose instruction is none of the task's
+    strange = tmp_path / "strange"
+    shutil.copytree(vision_demos / "ds", strange)
+    tasks = pq.read_table(strange / "meta" / "tasks.parquet")
+    pq.write_table(tasks.set_column(tasks.schema.get_field_index("task"), "task",
+                                    pa.array(["paint the cube purple"] * tasks.num_rows)),
+                   strange / "meta" / "tasks.parquet")
+    one_line_error(capsys, _train(tmp_path, strange, "f"), "frame task 'paint the cube purple' is not one of the task's")
+    assert not any((tmp_path / n).exists() for n in "cdef")
 
 
 def test_vla_rl_fine_tunes_the_sft_run_and_resumes_exactly(vision_demos, tmp_path, capsys):

@@ -63,7 +63,8 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
     pq.write_table(tasks.set_column(tasks.schema.get_field_index("task"), "task",
                                     pa.array(["paint the cube purple"] * tasks.num_rows)),
                    strange / "meta" / "tasks.parquet")
-    one_line_error(capsys, _train(tmp_path, strange, "f"), "frame task 'paint the cube purple' is not one of the task's")
+    one_line_error(capsys, _train(tmp_path, strange, "f"),
+                   "frame task 'paint the cube purple' is not one of the task's")
     assert not any((tmp_path / n).exists() for n in "cdef")
 
 

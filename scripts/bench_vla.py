@@ -22,6 +22,7 @@ from five seeds on, with a bootstrap interval: `robo_rl.learn.run_statistics`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import tempfile
 import time
@@ -32,7 +33,7 @@ import torch
 from robo_rl.cli import main as cli
 from robo_rl.core.config import load_yaml
 from robo_rl.learn.builders import build_env, load_policy, load_trained, resolve_config
-from robo_rl.learn.evaluation import inference_actor, rollout
+from robo_rl.learn.evaluation import inference_actor, run_episodes
 from robo_rl.learn.run_statistics import summarize
 from robo_rl.tasks.task_env import episode_steps
 
@@ -76,32 +77,17 @@ def method_overrides(method: str, overrides: tuple[str, ...]) -> tuple[str, ...]
 
 @torch.no_grad()
 def success_by_instruction(run: Path, episodes: int, split: str) -> tuple[float, dict[str, float]]:
-    """(success rate, success per cube colour) of the run's deterministic policy over `episodes` first episodes of
+    """(success rate, success per cube colour) of the run's deterministic policy, one episode in each of `episodes`
     fresh worlds whose instructions are drawn from `split` ("train" or "heldout")."""
-    import dataclasses
-
     _, state, cfg = load_trained(run)
     cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, instruction_split=split))
     env = build_env(cfg, num_envs=episodes, seed=EVAL_SEED)
     try:
-        policy = load_policy(state, cfg, env)
-        goal = None
-        success = torch.full((episodes,), float("nan"))
-        for step in rollout(env, inference_actor(policy)):
-            if goal is None:
-                goal = env.goal.clone()  # (N,) each world's cube in its first episode
-            ended = step.info["episode"]
-            if ended:
-                first = ended["ids"][success[ended["ids"]].isnan()]
-                keep = success[ended["ids"]].isnan()
-                success[first] = ended["success"][keep].float()
-            if not success.isnan().any():
-                break
+        metrics = run_episodes(env, inference_actor(load_policy(state, cfg, env)))["metrics"]
         names = env.instruction_set.goal_names
     finally:
         env.close()
-    per = {names[g]: success[goal == g].mean().item() for g in range(len(names)) if (goal == g).any()}
-    return success.mean().item(), per
+    return metrics["success"], {c: metrics[f"success/{c}"] for c in names if f"success/{c}" in metrics}
 
 
 def evaluate(label: str, run: Path, episodes: int) -> tuple[float, float]:

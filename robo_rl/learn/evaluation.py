@@ -75,11 +75,30 @@ def on_every_step(env, callback: Callable[[Tensor], None]) -> bool:
     return True
 
 
+def by_instruction(instruction_set: Any, instruction: Tensor, success: Tensor) -> dict[str, float]:
+    """The success of episodes (N,) per goal their instruction names and per phrasing group (train, held-out):
+    {"success/<goal>": ..., "success/<split>": ...} for the goals and groups that occur, from each episode's
+    instruction index (N,) (`InstructionSet`)."""
+    ids = instruction.tolist()
+    goals = torch.tensor([instruction_set.goal_of(i) for i in ids])
+    splits = [instruction_set.split_of(i) for i in ids]
+    out = {}
+    for g, name in enumerate(instruction_set.goal_names):
+        if (goals == g).any():
+            out[f"success/{name}"] = success[goals == g].mean().item()
+    for split in ("train", "heldout"):
+        mask = torch.tensor([s == split for s in splits])
+        if mask.any():
+            out[f"success/{split}"] = success[mask].mean().item()
+    return out
+
+
 def run_episodes(env, policy: Actor, *, video_frames: list | None = None) -> dict[str, Any]:
     """Run each world of `env` for exactly one episode; returns mean return and mean task metrics.
 
-    With `video_frames`, frames of world 0 during its episode are appended to it (every env step, also
-    inside an action chunk).
+    A task with instructions (`env.instruction_set`) also gets its success per goal and per phrasing group
+    (`by_instruction`: "success/red", "success/train", ...). With `video_frames`, frames of world 0 during its
+    episode are appended to it (every env step, also inside an action chunk).
     """
     n = env.num_envs
     returns = torch.zeros(n)
@@ -87,7 +106,11 @@ def run_episodes(env, policy: Actor, *, video_frames: list | None = None) -> dic
     metrics: dict[str, Tensor] = {}
     every_step = video_frames is not None and on_every_step(
         env, lambda ended: active[0] and not ended[0] and video_frames.append(env.render(0)))
+    instructions = getattr(env, "instruction_set", None)
+    first_instruction = None  # (N,) each world's instruction in its first episode
     for step in rollout(env, policy):
+        if instructions is not None and first_instruction is None and "text" in step.obs:
+            first_instruction = step.obs["text"].clone()  # the first step's: every world's first episode
         returns += step.reward * active
         if video_frames is not None and not every_step and active[0]:
             video_frames.append(env.render(0))
@@ -101,11 +124,10 @@ def run_episodes(env, policy: Actor, *, video_frames: list | None = None) -> dic
         active &= ~(step.terminated | step.truncated)
         if not active.any():
             break
-    return {
-        "episodes": n,
-        "mean_return": returns.mean().item(),
-        "metrics": {k: v.nanmean().item() for k, v in metrics.items()},
-    }
+    out = {k: v.nanmean().item() for k, v in metrics.items()}
+    if first_instruction is not None and "success" in metrics:
+        out.update(by_instruction(instructions, first_instruction, metrics["success"]))
+    return {"episodes": n, "mean_return": returns.mean().item(), "metrics": out}
 
 
 def evaluate_checkpoint(run: str | Path, *, episodes: int, seed: int, video: str | None = None,

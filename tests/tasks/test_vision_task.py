@@ -130,3 +130,27 @@ def test_vision_instructions_hold_out_other_wordings_for_every_colour():
         words = set(s.texts[held].split())
         for seen in s.by_goal("train")[s.goal_of(held)]:
             assert len(words ^ set(s.texts[seen].split())) >= 4, (s.texts[held], s.texts[seen])
+
+
+def test_evaluation_reports_success_per_goal_and_phrasing_group():
+    """run_episodes splits a task's success by the goal each episode's instruction names and by its phrasing group."""
+    import dataclasses
+
+    from robo_rl.learn.evaluation import by_instruction, run_episodes
+
+    s = VISION_INSTRUCTIONS
+    red, blue = s.index_of("put the red cube on the green marker"), s.index_of("put the blue cube on the green marker")
+    held_red = next(i for i in s.indices("heldout") if s.goal_of(i) == s.goal_of(red))
+    got = by_instruction(s, torch.tensor([red, red, blue, held_red]), torch.tensor([1.0, 0.0, 1.0, 1.0]))
+    assert got == pytest.approx({"success/red": 2 / 3, "success/blue": 1.0, "success/train": 2 / 3,
+                                 "success/heldout": 1.0})
+
+    cfg = dataclasses.replace(ArmPickPlaceVisionConfig(), images=False, instruction_split="all",
+                              episode_length_s=0.2)
+    env = make_env("arm-pick-place-vision", 12, cfg=cfg, seed=2)
+    try:
+        metrics = run_episodes(env, lambda obs: torch.zeros(12, env.action_dim))["metrics"]
+    finally:
+        env.close()
+    assert {"success", "success/train", "success/heldout"} <= set(metrics)
+    assert any(k in metrics for k in ("success/red", "success/blue", "success/yellow"))

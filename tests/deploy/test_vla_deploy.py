@@ -200,6 +200,9 @@ def test_bad_vla_deploy_input_is_one_line_exit_2(vla, tmp_path, capsys):
     scene.write_text(find_asset(SCENE).read_text().replace('name="scene"', 'name="front"'))
     one_line_error(capsys, call([*base[:-1], str(scene), "--instruction", RED]),
                    "the twin's model has no camera 'scene'")
+    # the twin's scene is a sim-transport option
+    one_line_error(capsys, call([*base, "--instruction", RED, "--transport", "dds"]),
+                   "--scene: only with --transport sim (got --transport dds)")
     # an instruction for a policy that takes none
     reach = ["deploy", "--policy", str(REPO / "policies" / "panda_reach.onnx"), "--robot", str(REPO / "hardware" /
              "panda.yaml"), "--duration", "0.5", "--instruction", RED]

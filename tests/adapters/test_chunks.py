@@ -82,10 +82,10 @@ class _Recording:
 
     def __init__(self, policy):
         self.policy, self.outputs = policy, []
-        self.contract = policy.contract
+        self.contract, self.path = policy.contract, policy.path
 
-    def __call__(self, obs):
-        self.outputs.append(self.policy(obs))
+    def __call__(self, obs, inputs=None):
+        self.outputs.append(self.policy(obs, inputs))
         return self.outputs[-1]
 
 

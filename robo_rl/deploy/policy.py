@@ -29,6 +29,12 @@ NOISE_NAME = "noise"
 OUTPUT_NAMES = ("actions", "joint_targets")
 
 
+def graph_input_names(contract: DeployContract, noise_dim: int) -> list[str]:
+    """The exported graph's inputs, in order: `obs`, `noise` when it takes a flow policy's x_0 (`noise_dim` > 0), then
+    the contract's input terms (a VLA's `image:<camera>`, `instruction`)."""
+    return [INPUT_NAME, *([NOISE_NAME] if noise_dim else []), *(t.name for t in contract.inputs)]
+
+
 class OnnxPolicy:
     """An exported policy file and the contract it carries.
 
@@ -59,7 +65,7 @@ class OnnxPolicy:
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         self.noise_dim = int((self.contract.extra.get("flow") or {}).get("noise_input_dim", 0))
-        expected = [INPUT_NAME, *([NOISE_NAME] if self.noise_dim else []), *(t.name for t in self.contract.inputs)]
+        expected = graph_input_names(self.contract, self.noise_dim)
         if inputs != expected or tuple(outputs) != OUTPUT_NAMES:
             raise ValueError(f"policy file {p} has inputs {inputs} and outputs {outputs}; expected {expected} and "
                              f"{list(OUTPUT_NAMES)}")

@@ -3,7 +3,7 @@
 A VLA's exported graph takes, besides `obs`, one uint8 (B, 3, H, W) RGB input per camera (`image:<camera>`) and the
 sentence embedding of its instruction (`instruction`, (B, E) float32). `PolicyInputs` makes them each tick: the
 frame of each camera from the robot's state (`RobotState.images`, (H, W, 3) uint8) as the contract says
-(`image_input`), and the embedding of the operator's instruction text, encoded once per instruction by the
+(`frame_to_input`), and the embedding of the operator's instruction text, encoded once per instruction by the
 encoder graph written beside the policy (`robo_rl.deploy.instruction`).
 
 numpy + onnxruntime (+ tokenizers for an instruction) only.
@@ -19,7 +19,7 @@ import numpy as np
 from robo_rl.core.contract import IMAGE_PREFIX, INSTRUCTION, ObsTerm
 
 
-def image_input(frame: np.ndarray, term: ObsTerm) -> np.ndarray:
+def frame_to_input(frame: np.ndarray, term: ObsTerm) -> np.ndarray:
     """A camera frame (H, W, 3) uint8 RGB -> the graph's (3, h, w) uint8 for the input term `image:<camera>`.
 
     The contract's resize rule: `none` takes frames of exactly h x w; `area` also takes k h x k w frames (one
@@ -92,7 +92,7 @@ class PolicyInputs:
         """Refuse a robot whose state lacks a camera the policy reads or sends frames of a size it does not take
         (ValueError, one line), before anything moves."""
         for term, camera in zip(self.images, self.cameras, strict=True):
-            image_input(self._frame(images, term, camera), term)
+            frame_to_input(self._frame(images, term, camera), term)
 
     @staticmethod
     def _frame(images: Mapping[str, np.ndarray], term: ObsTerm, camera: str) -> np.ndarray:
@@ -110,7 +110,7 @@ class PolicyInputs:
         """
         feed = {}
         for term, camera in zip(self.images, self.cameras, strict=True):
-            feed[term.name] = image_input(self._frame(images, term, camera), term)[None]
+            feed[term.name] = frame_to_input(self._frame(images, term, camera), term)[None]
         if self.instruction_term is not None:
             if self._embedding is None:
                 raise ValueError("this policy follows an instruction and none was given (--instruction TEXT)")

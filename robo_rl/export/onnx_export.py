@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from robo_rl.core.contract import INSTRUCTION, DeployContract, ObsTerm, image_input
 from robo_rl.core.files import write_with_companion
 from robo_rl.deploy.instruction import MAX_TOKENS, tokenizer_path
-from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, NOISE_NAME, OUTPUT_NAMES
+from robo_rl.deploy.policy import CONTRACT_KEY, INPUT_NAME, OUTPUT_NAMES, graph_input_names
 from robo_rl.export import OPSET
 from robo_rl.export.instruction_export import export_instruction_encoder
 from robo_rl.learn.builders import build_env, load_policy, load_trained
@@ -73,7 +73,7 @@ class ExportedPolicy(nn.Module):
         self.actor = copy.deepcopy(actor)
         self.noise_dim = int(getattr(policy, "noise_input_dim", 0))
         """Size of the second input `noise` (a flow policy's x_0), 0 when the graph takes no noise."""
-        self.input_names = [INPUT_NAME, *([NOISE_NAME] if self.noise_dim else []), *(t.name for t in contract.inputs)]
+        self.input_names = graph_input_names(contract, self.noise_dim)
         """The graph's inputs in order: obs, [noise,] then the contract's input terms (a VLA's image, instruction)."""
         self.clip = float(contract.action.clip) if contract.action.clip is not None else None
         index = {n: i for i, n in enumerate(contract.joint_names)}

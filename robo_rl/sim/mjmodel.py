@@ -17,17 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from robo_rl.core.headless_gl import choose_headless_gl
 
-def _choose_gl_backend() -> None:
-    """MuJoCo aborts the process when rendering without MUJOCO_GL; pick a headless one if unset."""
-    if "MUJOCO_GL" in os.environ:
-        return
-    import ctypes.util
-
-    os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
-
-
-_choose_gl_backend()
+choose_headless_gl()
 import mujoco  # noqa: E402  (MUJOCO_GL must be set before the import)
 
 FULL_PHYSICS = mujoco.mjtState.mjSTATE_FULLPHYSICS

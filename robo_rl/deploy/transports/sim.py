@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import ctypes.util
-import os
 import queue
 import threading
 import time
@@ -27,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from robo_rl.core.assets import find_asset
+from robo_rl.core.headless_gl import choose_headless_gl
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, JointCommand, RobotState, Transport
 
@@ -260,13 +259,6 @@ class SimRobot:
         rot = np.empty(9)
         self._mj.mju_quat2Mat(rot, quat)
         return rot.reshape(3, 3).T @ lin_w, ang_b
-
-
-def choose_headless_gl() -> None:
-    """Pick a headless OpenGL for MuJoCo (egl, else osmesa) unless MUJOCO_GL is set; before mujoco is imported
-    (MuJoCo aborts the process when it renders with glfw and no display), as the training side does."""
-    if "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
-        os.environ["MUJOCO_GL"] = "egl" if ctypes.util.find_library("EGL") else "osmesa"
 
 
 class TwinCameras:

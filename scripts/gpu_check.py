@@ -10,7 +10,10 @@ It runs, each with a time limit, and prints a short report at the end:
   2. scripts/bench_sim.py --backend mujoco_warp --device cuda:0: our env against raw mujoco_warp.step
      (TARGET warp_env_vs_raw_step_* >= 0.85) and end-to-end PPO env steps/s on quadruped-walk-flat at
      4096 worlds (TARGET warp_ppo_quadruped_env_steps_per_s >= 150000 on an H100/H200-class GPU).
-Exit status 0 when both steps exit 0 (a FAIL target is reported, not an error), 1 otherwise.
+  3. with --distributed, scripts/bench_distributed.py --scaling: PPO env steps/s on quadruped-walk-flat, one GPU
+     (4096 worlds) against all local GPUs under torchrun (4096 worlds each, NCCL), and the scaling factor
+     (TARGET distributed_scaling_<G>_ranks >= 0.8 G); on a machine with one GPU it reports that nothing scales.
+Exit status 0 when every step exits 0 (a FAIL target is reported, not an error), 1 otherwise.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--smoke", action="store_true", help="smaller benchmark (a smoke test of the script)")
+    p.add_argument("--distributed", action="store_true", help="also measure 1 GPU against all local GPUs")
     args = p.parse_args()
     python = sys.executable
     probe = subprocess.run([python, "-c", "import warp as wp; wp.config.quiet = True; "
@@ -66,6 +70,16 @@ def main() -> int:
                                          "tests/sim/test_warp_backend.py"], 150),
         ("throughput", bench, 150),
     ]
+    if args.distributed:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus < 2:
+            print(f"gpu_check: --distributed needs 2 or more GPUs; this machine has {gpus}: scaling not measured")
+        else:
+            steps.append(("distributed scaling", [python, "scripts/bench_distributed.py", "--scaling", "--ranks",
+                                                  str(gpus), "--device", "cuda", "--worlds", "4096",
+                                                  *(["--smoke"] if args.smoke else [])], 400))
     report = []
     for title, argv, limit in steps:
         status, out, seconds = run(title, argv, env, limit)

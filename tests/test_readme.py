@@ -121,3 +121,18 @@ def test_readme_train_command_resolves_its_config(args, tmp_path):
     env = build_env(cfg, num_envs=1)  # task-level checks too (observation term names, pushes)
     assert env.num_envs == 1
     env.close()
+
+
+TORCHRUN = [shlex.split(line) for line in LINES if line.startswith(".venv/bin/torchrun ")]
+
+
+def test_readme_torchrun_commands_parse():
+    """torchrun's own flags parse with torchrun's parser, ours with ours, and every rank is told --distributed."""
+    from torch.distributed.run import get_args_parser
+
+    assert TORCHRUN
+    for words in TORCHRUN:
+        launcher = get_args_parser().parse_args(words[1:])
+        assert launcher.module and launcher.training_script == "robo_rl.cli", words
+        ours = _parser().parse_args(launcher.training_script_args)
+        assert ours.command == "train" and ours.distributed and ours.num_envs % int(launcher.nproc_per_node) == 0, words

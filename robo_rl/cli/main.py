@@ -8,7 +8,8 @@ Exit codes:
     1: training stopped because a value became non-finite (`training stopped at iteration N: ...`);
        the run's newest checkpoint is the last good one.
     2: a user mistake (command line, config, files); nothing was written.
-    130: interrupted (Ctrl-C).
+    3: a distributed run lost a rank (it died, stalled past --dist-timeout or became unreachable).
+    130: interrupted (Ctrl-C or SIGTERM; the newest checkpoint on disk is whole).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from typing import Any, NamedTuple, NoReturn
 import yaml
 
 from robo_rl.cli.demos import cmd_dataset, cmd_record, cmd_replay  # light: numpy; the rest lazily
-from robo_rl.cli.robot import cmd_deploy, cmd_twin  # light: numpy; the deploy core lazily
+from robo_rl.cli.robot import cmd_deploy, cmd_twin, stop_on_signals  # light: numpy; the deploy core lazily
 from robo_rl.core.assets import find_data_file
-from robo_rl.core.config import MAX_SEED, ConfigError, UserError, load_yaml
+from robo_rl.core.config import MAX_SEED, ConfigError, RankLost, UserError, load_yaml
 from robo_rl.deploy.controller import REALTIME_PRIORITY  # light: numpy
 from robo_rl.sim.sim_config import MAX_NUM_ENVS
 
@@ -57,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="RUN", help="continue a run (its folder or name) from its latest checkpoint")
     t.add_argument("--video", action="store_true", help="record an evaluation video at the end")
     t.add_argument("--dataset", metavar="PATH", help="demonstrations (a LeRobot v3.0 folder) for bc, flow-bc, RLPD")
+    t.add_argument("--distributed", action="store_true",
+                   help="one rank of a data-parallel run started by torchrun (`torchrun --nproc_per_node=G -m "
+                        "robo_rl.cli train ... --distributed`): sim.num_envs worlds split over the ranks, gradients "
+                        "averaged, rank 0 writes the run")
+    t.add_argument("--dist-timeout", type=float, default=300.0, metavar="S",
+                   help="with --distributed: seconds any rank may wait for the others before the job ends with "
+                        "one line on every rank (default 300)")
 
     pl = sub.add_parser("play", help="run a trained policy and print its return and task metrics")
     pl.add_argument("run", metavar="RUN_OR_CHECKPOINT")
@@ -264,27 +272,78 @@ def _resume_config(args: argparse.Namespace, overrides: list[str]) -> _Start:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    start = _train_config(args)
+    stop_on_signals()  # SIGTERM (torchrun's, a scheduler's) unwinds like Ctrl-C: no partial file is left
+    if args.dist_timeout <= 0:
+        raise UserError(f"--dist-timeout {args.dist_timeout}: must be > 0 seconds")
+    if not args.distributed:
+        return _train_started(args, _train_config(args))
+    from robo_rl.learn import distributed
+
+    distributed.init(args.dist_timeout)
+    try:
+        return _train_started(args, _agreed_start(args))
+    finally:
+        distributed.shutdown()
+
+
+def _agreed_start(args: argparse.Namespace) -> _Start:
+    """Rank 0 resolves the run (config, run folder, checkpoint: files only it may see) and shares it; a mistake is
+    printed by rank 0 alone and ends every rank with exit 2."""
+    from robo_rl.learn import distributed
+
+    world = distributed.world()
+    if world.is_main:
+        try:
+            start = _train_config(args)
+            distributed.worlds_per_rank(start.cfg.sim.num_envs, world.size)  # refused here, not on every rank
+        except (ConfigError, UserError) as exc:
+            distributed.broadcast_object(None)
+            raise exc from None
+        return distributed.broadcast_object(start)
+    start = distributed.broadcast_object(None)
+    if start is None:
+        raise SystemExit(2)
+    return start
+
+
+def _train_started(args: argparse.Namespace, start: _Start) -> int:
+    """Build, resume or create the run folder (rank 0), train."""
+    from robo_rl.learn import distributed
     from robo_rl.learn.run_folder import RunLock, create_run_dir, record_resume
     from robo_rl.learn.runner import make_runner
 
+    main_rank = distributed.world().is_main
     # A live run is refused before anything is built; a failed resume leaves its folder as it was.
-    lock = RunLock(start.run_dir) if start.resuming else None
+    lock = RunLock(start.run_dir) if start.resuming and main_rank else None
     try:
         runner = make_runner(start.cfg, start.run_dir)  # builds env and networks; writes nothing
         try:
             first = runner.resume(start.state) if start.state is not None else 0
             command = ["robo-rl", *args.argv]
-            if start.resuming:  # only now that the start has succeeded
+            if not main_rank:
+                pass
+            elif start.resuming:  # only now that the start has succeeded
                 record_resume(start.run_dir, start.cfg, first, command)
             else:
                 lock = create_run_dir(start.run_dir, start.cfg, command)
-            return _train(start, runner, first)
+            return _train(start, runner, first) if main_rank else _train_quietly(runner)
         finally:
             runner.close()
     finally:
         if lock is not None:
             lock.release()
+
+
+def _train_quietly(runner: Any) -> int:
+    """A rank other than 0: train in step with the others; it prints and writes nothing (a divergence: one line)."""
+    from robo_rl.learn.runner import TrainingDiverged
+
+    try:
+        runner.learn(None)
+    except TrainingDiverged as exc:
+        print(f"robo-rl: rank {runner.world.rank}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _train(start: _Start, runner: Any, first: int) -> int:
@@ -297,8 +356,9 @@ def _train(start: _Start, runner: Any, first: int) -> int:
         print(f"resuming {run_dir} at iteration {first}", flush=True)
         for note in runner.resume_notes:
             print(f"note: {note}", flush=True)
+    ranks = f" over {runner.world.size} ranks" if runner.world.size > 1 else ""
     print(
-        f"training {cfg.task} with {cfg.algo_name}: {cfg.sim.num_envs} worlds, "
+        f"training {cfg.task} with {cfg.algo_name}: {cfg.sim.num_envs} worlds{ranks}, "
         f"{cfg.runner.max_iterations} iterations, run dir {run_dir}",
         flush=True,
     )
@@ -472,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, UserError) as exc:
         print(f"robo-rl: {exc}", file=sys.stderr)
         return 2
+    except RankLost as exc:
+        print(f"robo-rl: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
         print("robo-rl: interrupted", file=sys.stderr)
         return 130

@@ -31,9 +31,10 @@ def _vector(text: str, flag: str) -> np.ndarray:
     return values
 
 
-def _stop_on_signals() -> None:
-    """Ctrl-C and SIGTERM both stop the robot safely, even when the parent started us with SIGINT
-    ignored (background jobs of a non-interactive shell, some launchers)."""
+def stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM both raise KeyboardInterrupt, even when the parent started us with SIGINT ignored
+    (background jobs of a non-interactive shell, some launchers): the robot is stopped safely, a training run
+    unwinds without leaving a partial file."""
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -130,7 +131,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                 rec.end_episode()
 
         runtime.subscribe(on_event=end_episode)
-    _stop_on_signals()
+    stop_on_signals()
     try:
         run_deploy(runtime, args.transport, options=options, commands=wanted, wrap_robot=wrap,
                    duration_s=args.duration, instruction=args.instruction)
@@ -167,7 +168,7 @@ def cmd_twin(args: argparse.Namespace) -> int:
     for flag, value in (("--duration", args.duration), ("--latency", args.latency), ("--noise", args.noise)):
         if value is not None and not (np.isfinite(value) and value >= 0):
             raise UserError(f"{flag} {value!r}: must be a finite number >= 0")
-    _stop_on_signals()
+    stop_on_signals()
     try:
         entry.serve_twin(args.robot, domain_id=args.domain_id, rate_hz=args.rate, duration_s=args.duration,
                          command_interface=args.command_interface, physics_dt=args.physics_dt,

@@ -31,6 +31,11 @@ class ConfigError(UserError, ValueError):
     """A user mistake in a config file or override; the CLI prints it as one line."""
 
 
+class RankLost(RuntimeError):
+    """A collective of a distributed run failed: another rank died, stalled past the timeout or became unreachable;
+    the CLI prints it as one line and exits 3."""
+
+
 MAX_SEED = 2**31 - 1
 """Largest seed (torch, numpy and the envs all accept it)."""
 

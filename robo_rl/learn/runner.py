@@ -5,6 +5,12 @@ iteration loop's logging, checkpoints, evaluation videos and evaluation, resume,
 `OnPolicyRunner` (PPO), `OffPolicyRunner` (SAC) and `OfflineRunner` (BC) only fill in one iteration; each
 algorithm's registry entry names the one that drives it (`runner_cls`), and `make_runner` builds that one.
 
+Under `torchrun` (`robo_rl.learn.distributed`) every rank runs its own runner over its share of the worlds
+(`rank_config`); networks start and stay equal (rank 0's are broadcast, gradients averaged by the algorithms), stop
+decisions are taken together, and rank 0 alone writes checkpoints: each one holds every rank's env, RNG and return
+state (`rank_states`), so a resume with as many ranks continues exactly and one with another number of ranks restarts
+the episodes (a note says so).
+
 NaN guard: after every env step the observations and rewards are checked (one `isfinite` reduction
 each), after every iteration's updates the loss statistics and the policy's parameters and
 normaliser buffers. The first non-finite value raises `TrainingDiverged` before anything else is
@@ -13,6 +19,7 @@ logged or saved, so the newest checkpoint on disk is the last good one.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -23,6 +30,7 @@ from typing import Any
 import torch
 
 from robo_rl.demos.mp4_writer import write_mp4
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS
 from robo_rl.learn.builders import build_algorithm, build_env, build_policy
 from robo_rl.learn.checkpoint import (
@@ -98,23 +106,54 @@ def non_finite_update(stats: dict[str, float], module: torch.nn.Module) -> str:
     return ""
 
 
+def rank_config(cfg: TrainConfig, world: distributed.World) -> TrainConfig:
+    """The config one rank builds from: its share of the worlds, its own seed stream, its GPU (`cuda:<local_rank>`
+    when the run is on CUDA), its share of the machine's cores for physics (when `sim.num_threads` is 0); `cfg`
+    itself in a single process.
+
+    Raises:
+        ConfigError: the worlds do not split evenly over the ranks (one line).
+    """
+    if world.size == 1:
+        return cfg
+    sim = dataclasses.replace(cfg.sim, num_envs=distributed.worlds_per_rank(cfg.sim.num_envs, world.size),
+                              device=distributed.rank_device(cfg.sim.device, world.local_rank),
+                              num_threads=cfg.sim.num_threads or distributed.threads_per_rank(world.local_size))
+    device = cfg.device if cfg.device == "auto" else distributed.rank_device(cfg.device, world.local_rank)
+    return dataclasses.replace(cfg, sim=sim, device=device, seed=distributed.rank_seed(cfg.seed, world.rank))
+
+
+def _to_cpu(tree: Any) -> Any:
+    """Tensors of a nested dict/list moved to the CPU (what crosses between ranks and into checkpoints)."""
+    if isinstance(tree, torch.Tensor):
+        return tree.cpu()
+    if isinstance(tree, dict):
+        return {k: _to_cpu(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_to_cpu(v) for v in tree)
+    return tree
+
+
 class Runner:
     """Trains `cfg.task` with the registered algorithm `cfg.algo_name`; everything needed to resume lives in
     the run folder. Subclasses implement `_iteration` (one iteration's collection and updates).
 
     Args:
-        cfg: resolved training config.
-        run_dir: run directory (config, checkpoints, TensorBoard events, videos).
+        cfg: resolved training config (`sim.num_envs` counts the worlds of all ranks under torchrun).
+        run_dir: run directory (config, checkpoints, TensorBoard events, videos); written by rank 0 only.
     """
 
     def __init__(self, cfg: TrainConfig, run_dir: str | Path):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
-        torch.manual_seed(cfg.seed)  # network initialisation
-        self.env = build_env(cfg)
-        self.policy = build_policy(cfg, self.env)
-        generator = torch.Generator(device=self.env.device).manual_seed(cfg.seed + 1)  # on the learner's device
-        self.algo = build_algorithm(cfg, self.env, self.policy, generator)
+        self.world = distributed.world()
+        self.rank_cfg = rank = rank_config(cfg, self.world)
+        torch.manual_seed(cfg.seed)  # network initialisation (the same on every rank; rank 0's is broadcast too)
+        self.env = build_env(rank)
+        self.policy = build_policy(rank, self.env)
+        self.generator = torch.Generator(device=self.env.device).manual_seed(rank.seed + 1)  # on the learner's device
+        self.algo = build_algorithm(rank, self.env, self.policy, self.generator)
+        distributed.broadcast_module(self.policy)
         self.iteration = 0
         self.obs = self.env.reset()
         self.episode_return = torch.zeros(self.env.num_envs, device=self.env.device)
@@ -124,7 +163,13 @@ class Runner:
         """What a resume could not restore (printed by the CLI)."""
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self) -> Path:
+    def save(self) -> Path | None:
+        """Write the checkpoint of this iteration (rank 0; every rank must call it: it gathers their states).
+        Returns its path, None on the other ranks."""
+        rank_states = distributed.gather_objects(self._rank_state()) if self.world.size > 1 else None
+        extras = self._save_extras()
+        if not self.world.is_main:
+            return None
         path = self.run_dir / checkpoint_name(self.iteration)
         payload = {
             "iteration": self.iteration,
@@ -135,13 +180,22 @@ class Runner:
             "env": self.env.state_dict(),
             "episode_return": self.episode_return,
         }
-        payload.update(self._save_extras())
+        if rank_states is not None:
+            payload["world_size"] = self.world.size
+            payload["rank_states"] = rank_states[1:]  # rank 0's are the entries above
+        payload.update(extras)
         save_checkpoint(path, payload)
         self._after_save(payload)
         return path
 
+    def _rank_state(self) -> dict[str, Any]:
+        """What differs between ranks (on the CPU): env state, episode returns, the learner's RNG."""
+        return _to_cpu({"env": self.env.state_dict(), "episode_return": self.episode_return,
+                        "generator": self.generator.get_state()})
+
     def _save_extras(self) -> dict[str, Any]:
-        """More checkpoint entries, written (with any side files) before the checkpoint itself."""
+        """More checkpoint entries, written (with any side files) before the checkpoint itself; called on every
+        rank (it may gather), only rank 0's result is written."""
         return {}
 
     def _after_save(self, payload: dict[str, Any]) -> None:
@@ -159,8 +213,18 @@ class Runner:
                 return 0
             state = load_run_checkpoint(ckpt)
         self.algo.load_state_dict(state["algo"])
-        self.env.load_state_dict(state["env"])
-        self.episode_return.copy_(state["episode_return"])
+        saved_size = int(state.get("world_size", 1))
+        if saved_size == self.world.size:
+            own = state if self.world.rank == 0 else state["rank_states"][self.world.rank - 1]
+            self.env.load_state_dict(own["env"])
+            self.episode_return.copy_(own["episode_return"])
+            self.generator.set_state(own.get("generator", state["algo"]["generator"]))
+        else:  # the worlds were split otherwise: each rank's worlds start new episodes from its own seed stream
+            self.generator.manual_seed(self.rank_cfg.seed + 1 + int(state["iteration"]))
+            if self.world.is_main:
+                self.resume_notes.append(
+                    f"the checkpoint was written by {saved_size} rank(s), this run has {self.world.size}: every "
+                    "world starts a new episode; networks, optimisers and normalisers are restored")
         self.iteration = int(state["iteration"])
         self.train_time = float(state["train_time"])
         self._resume_extras(state)
@@ -181,7 +245,7 @@ class Runner:
                 ends early, after saving a checkpoint, when it returns True.
         """
         cfg = self.cfg.runner
-        samples = self._samples_per_iteration()
+        samples = self._samples_per_iteration() * self.world.size
         last: dict[str, float] = {}
         if self.iteration < cfg.max_iterations and (bad := non_finite_step(self.obs)):
             raise self._diverged(bad)
@@ -201,8 +265,8 @@ class Runner:
             last["Perf/update_s"] = t2 - t0 - collect_s
             if self.recent_returns:
                 last["Train/mean_return"] = sum(self.recent_returns) / len(self.recent_returns)
-            out_of_time = cfg.max_time_s > 0 and self.train_time >= cfg.max_time_s
-            stopped = stop is not None and stop(self)
+            out_of_time = distributed.any_rank(cfg.max_time_s > 0 and self.train_time >= cfg.max_time_s)
+            stopped = distributed.any_rank(stop is not None and stop(self))
             final = self.iteration >= cfg.max_iterations or out_of_time or stopped
             if logger is not None:
                 logger.log(self.iteration, last, self.train_time, final)
@@ -251,7 +315,7 @@ class Runner:
         Returns:
             (path of the MP4 written, its frames (H, W, 3) uint8, frames per second).
         """
-        env = build_env(self.cfg, num_envs=1, seed=self.cfg.seed + 12345)
+        env = build_env(self.rank_cfg, num_envs=1, seed=self.cfg.seed + 12345)
         try:
             frames = record_episodes(env, inference_actor(self.policy), self.cfg.runner.video_episodes)
         finally:
@@ -262,7 +326,7 @@ class Runner:
 
     def evaluate(self, episodes: int) -> dict[str, Any]:
         """Mean return and task metrics of the deterministic policy, one episode per world of a fresh env."""
-        env = build_env(self.cfg, num_envs=episodes, seed=self.cfg.seed + 54321)
+        env = build_env(self.rank_cfg, num_envs=episodes, seed=self.cfg.seed + 54321)
         try:
             return run_episodes(env, inference_actor(self.policy))
         finally:
@@ -348,10 +412,16 @@ class OffPolicyRunner(Runner):
 
     def _save_extras(self) -> dict[str, Any]:
         cfg = self.cfg.algo
-        name = None
-        if cfg.save_replay and self.algo.replay_nbytes() <= cfg.save_replay_max_mb * 2**20:
-            name = f"{REPLAY_PREFIX}{self.iteration:06d}.pt"
+        fits = cfg.save_replay and self.algo.replay_nbytes() <= cfg.save_replay_max_mb * 2**20
+        if distributed.any_rank(not fits):
+            return {"replay": None}
+        name = f"{REPLAY_PREFIX}{self.iteration:06d}.pt"
+        if self.world.size == 1:
             save_checkpoint(self.run_dir / name, self.algo.replay_state_dict())
+        else:  # one file with every rank's buffer, in rank order
+            replays = distributed.gather_objects(_to_cpu(self.algo.replay_state_dict()))
+            if self.world.is_main:
+                save_checkpoint(self.run_dir / name, {"rank_replays": replays})
         return {"replay": name}
 
     def _after_save(self, payload: dict[str, Any]) -> None:
@@ -361,14 +431,22 @@ class OffPolicyRunner(Runner):
 
     def _resume_extras(self, state: dict[str, Any]) -> None:
         name = state.get("replay")
-        if name and (self.run_dir / name).is_file():
-            self.algo.load_replay_state_dict(load_checkpoint(self.run_dir / name))
-            return
         why = "was not saved (algo.save_replay, algo.save_replay_max_mb)" if not name else f"file {name} is missing"
-        self.resume_notes.append(
-            f"the replay buffer {why}: it refills from empty and learning waits "
-            f"{self.cfg.algo.learning_starts} env steps; networks, optimisers and RNG states are restored"
-        )
+        replays = None  # rank 0: the buffer of every rank, when the file holds one per rank of this run
+        if self.world.is_main and name and (self.run_dir / name).is_file():
+            saved = load_checkpoint(self.run_dir / name)
+            replays = saved.get("rank_replays", [saved])
+            if len(replays) != self.world.size:
+                why = f"file {name} holds {len(replays)} rank(s)' buffers, this run has {self.world.size}"
+                replays = None
+        if distributed.broadcast_object(replays is not None):
+            self.algo.load_replay_state_dict(distributed.scatter_object(replays))
+            return
+        if self.world.is_main:
+            self.resume_notes.append(
+                f"the replay buffer {why}: it refills from empty and learning waits "
+                f"{self.cfg.algo.learning_starts} env steps; networks, optimisers and RNG states are restored"
+            )
 
 
 class OfflineRunner(Runner):

@@ -21,6 +21,7 @@ from torch import Tensor
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.errors import DatasetError
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.actor_critic import ActorCritic, PolicyConfig, gaussian_log_prob
 from robo_rl.learn.networks.flow import FlowPolicy, check_chunk_and_noise
@@ -133,6 +134,7 @@ class BC:
             stats = self._loss(self.obs[idx], self.actions[idx])
             self.optimizer.zero_grad(set_to_none=True)
             stats[0].backward()
+            distributed.all_reduce_gradients(self.policy.parameters())
             self.optimizer.step()
             total += torch.stack([x.detach() for x in stats])
         return dict(zip(self.stat_names, (total / cfg.num_steps_per_env).tolist(), strict=True))

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import _f
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.actor_critic import (
     ActorCritic,
@@ -120,10 +121,13 @@ def scale_rewards(
 
 
 def normalize_advantages(advantages: Tensor) -> Tensor:
-    """Zero mean, unit (sample) std: (B,) -> (B,); a single sample is left as it is (its std is undefined)."""
-    if advantages.numel() < 2:
+    """Zero mean, unit (sample) std over all ranks' advantages: (...) -> (...); a single sample is left as it is
+    (its std is undefined)."""
+    n, mean, var = distributed.moments(advantages.reshape(-1, 1))
+    if n < 2:
         return advantages
-    return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    std = (var * (n / (n - 1))).sqrt()  # (1,) Bessel-corrected, as Tensor.std
+    return (advantages - mean) / (std + 1e-8)
 
 
 def clipped_surrogate_loss(log_prob: Tensor, old_log_prob: Tensor, advantages: Tensor, clip: float) -> Tensor:
@@ -208,6 +212,7 @@ class PPO:
         # global norm the value loss's larger gradients shrink every policy step (cfg.grad_clip "joint").
         self._actor_params = [p for n, p in policy.named_parameters() if not n.startswith("critic.")]
         self._critic_params = list(policy.critic.parameters())
+        self._all_params = list(policy.parameters())
         if cfg.grad_clip == "joint":
             self._clip_groups = [list(policy.parameters())]
         else:
@@ -292,7 +297,7 @@ class PPO:
 
             if cfg.schedule == "adaptive":
                 with torch.no_grad():
-                    kl = gaussian_kl(mb["means"], self.old_std, mean, std).mean().item()
+                    kl = distributed.mean(gaussian_kl(mb["means"], self.old_std, mean, std).mean().item())
                 self.learning_rate = adapt_learning_rate(self.learning_rate, kl, cfg.desired_kl)
                 for group in self.optimizer.param_groups:
                     group["lr"] = self.learning_rate
@@ -305,6 +310,7 @@ class PPO:
 
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            distributed.all_reduce_gradients(self._all_params)
             for params in self._clip_groups:
                 torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
             self.optimizer.step()

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec, InitFrom
 from robo_rl.learn.algorithms.bc import FlowPolicyConfig, build_flow_policy
 from robo_rl.learn.algorithms.ppo import (
@@ -214,6 +215,7 @@ class ReinFlow:
             self.critic_optimizer.zero_grad(set_to_none=True)
             self.actor_optimizer.zero_grad(set_to_none=True)
             (critic_loss + actor_loss if train_actor else critic_loss).backward()
+            distributed.all_reduce_gradients(policy.parameters())
             torch.nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
             self.critic_optimizer.step()
             if train_actor:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from robo_rl.core.config import ConfigError, _f
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
 from robo_rl.learn.networks.q_ensemble import QEnsemble, categorical_projection, subset_min
@@ -425,6 +426,7 @@ class SAC:
         alpha_loss = temperature_loss(p.log_alpha, log_prob, self.target_entropy)
         self.alpha_optimizer.zero_grad(set_to_none=True)
         alpha_loss.backward()
+        distributed.all_reduce_gradients([p.log_alpha])
         self.alpha_optimizer.step()
         return {"actor_loss": actor_loss.detach(), "alpha_loss": alpha_loss.detach(),
                 "alpha": p.log_alpha.detach().exp(), "entropy": -log_prob.detach().mean(), **stats}
@@ -432,6 +434,7 @@ class SAC:
     def _step(self, optimizer: torch.optim.Optimizer, loss: Tensor, module: nn.Module) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        distributed.all_reduce_gradients(module.parameters())
         if self.cfg.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(module.parameters(), self.cfg.max_grad_norm)
         optimizer.step()

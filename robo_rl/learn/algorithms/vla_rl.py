@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from robo_rl.core.config import ConfigError, _f
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec, InitFrom
 from robo_rl.learn.algorithms.ppo import (
     approx_kl,
@@ -344,6 +345,7 @@ class VLARL:
             self.actor_optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            distributed.all_reduce_gradients(policy.parameters())
             if not grpo:
                 torch.nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
                 self.critic_optimizer.step()

@@ -25,6 +25,7 @@ from torch import Tensor
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.errors import DatasetError
+from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.algorithms.bc import chunk_indices
 from robo_rl.learn.networks.text_encoder import InstructionEmbeddings
@@ -167,6 +168,7 @@ class VLASFT:
             loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            distributed.all_reduce_gradients(self._trained_parameters())
             torch.nn.utils.clip_grad_norm_(self._trained_parameters(), cfg.max_grad_norm)
             self.optimizer.step()
             total += loss.item()

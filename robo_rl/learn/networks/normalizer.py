@@ -1,9 +1,15 @@
-"""Empirical observation normalisation (running mean and variance), baked into exported policies."""
+"""Empirical observation normalisation (running mean and variance), baked into exported policies.
+
+Under `torchrun` every update merges the batches of all ranks (`robo_rl.learn.distributed.moments`): the statistics
+are those of the concatenated data, the same on every rank.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+
+from robo_rl.learn import distributed
 
 
 class EmpiricalNormalization(nn.Module):
@@ -32,13 +38,12 @@ class EmpiricalNormalization(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
-        """Merge a batch (B, O) into the running statistics (parallel-variance formula)."""
+        """Merge a batch (B, O) (with every rank's, under torchrun) into the running statistics (parallel-variance
+        formula)."""
         if self.until is not None and int(self.count) >= self.until:
             return
-        n = x.shape[0]
+        n, batch_mean, batch_var = distributed.moments(x)
         total = self.count + n
-        batch_mean = x.mean(0)
-        batch_var = x.var(0, unbiased=False)
         delta = batch_mean - self.mean
         frac = n / total
         self.mean += frac * delta

@@ -2,7 +2,7 @@
 thing of a data-parallel run and saves what it saw and what came out to OUT/rank<r>.pt, for the test to compare
 with one process working on the ranks' data put together.
 
-Usage: python distributed_checks.py MODE OUT   (MODE: collectives, ppo, sac)
+Usage: python distributed_checks.py MODE OUT [DATASET]   (MODE: collectives, ppo, sac, learners)
 """
 
 from __future__ import annotations
@@ -118,11 +118,42 @@ def sac(rank: int, out: Path) -> None:
     torch.save({"batch": batch, "initial": initial, "final": algo.policy.state_dict()}, out)
 
 
+def learners(rank: int, out: Path) -> None:
+    """A few iterations of each learner on arm-reach (PPO with several minibatches, BC, flow-BC from the dataset, then
+    ReinFlow from that flow-BC run): each rank samples its own minibatches, so only averaged gradients keep the ranks'
+    networks equal."""
+    from robo_rl.learn.builders import resolve_config
+    from robo_rl.learn.runner import make_runner
+
+    runs = out.parent / "runs"
+    runs.mkdir(exist_ok=True)
+    common = ["sim.num_envs=8", "runner.eval_episodes=0", f"runner.log_dir={runs}"]
+    dataset = f"algo.dataset={sys.argv[3]}"
+    plans = {"ppo": ["algo.num_steps_per_env=8", "algo.num_mini_batches=4"],
+             "bc": [dataset, "algo.num_steps_per_env=5"],
+             "flow-bc": [dataset, "algo.num_steps_per_env=5", "policy.hidden_dims=[32,32]"],
+             "reinflow": [f"algo.pretrained={runs / 'flow-bc'}", "algo.num_steps_per_env=8",
+                          "algo.critic_warmup_iterations=1", "policy.hidden_dims=[32,32]"]}
+    result = {}
+    for algo, extra in plans.items():
+        cfg = resolve_config({"task": "arm-reach", "algo_name": algo},
+                             [*common, *extra, "runner.max_iterations=2", f"runner.run_name={algo}"])
+        runner = make_runner(cfg, runs / algo)
+        if rank == 0:
+            (runs / algo).mkdir()
+        initial = {k: v.clone() for k, v in runner.policy.state_dict().items()}
+        runner.learn(None)
+        result[algo] = {"initial": initial, "final": runner.policy.state_dict()}
+        runner.close()
+        dist.barrier()  # reinflow reads flow-bc's checkpoint, written by rank 0
+    torch.save(result, out)
+
+
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     dist.init_process_group("gloo")
     try:
-        check = {"collectives": collectives, "ppo": ppo, "sac": sac}[mode]
+        check = {"collectives": collectives, "ppo": ppo, "sac": sac, "learners": learners}[mode]
         check(dist.get_rank(), folder / f"rank{dist.get_rank()}.pt")
     finally:
         dist.destroy_process_group()

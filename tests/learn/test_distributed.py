@@ -46,8 +46,8 @@ def torchrun(*args: str, cwd: Path, timeout: float = 300, **popen: object) -> su
     return subprocess.run(cmd, cwd=cwd, env=loopback_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def run_checks(mode: str, tmp_path: Path) -> list[dict]:
-    done = torchrun(str(CHECKS), mode, str(tmp_path), cwd=tmp_path)
+def run_checks(mode: str, tmp_path: Path, *extra: str) -> list[dict]:
+    done = torchrun(str(CHECKS), mode, str(tmp_path), *extra, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
@@ -169,6 +169,23 @@ def test_sac_update_equals_one_process_update_on_the_concatenated_batch(tmp_path
     changed = [k for k in ranks[0]["final"] if not torch.equal(ranks[0]["final"][k], ranks[0]["initial"][k])]
     assert any(k.startswith("actor.") for k in changed) and any(k.startswith("critic.") for k in changed)
     assert "log_alpha" in changed
+
+
+def test_every_learner_keeps_the_ranks_networks_equal(tmp_path):
+    """PPO with several minibatches, BC, flow-BC and ReinFlow: each rank samples its own minibatches (and worlds), yet
+    the ranks' networks are bitwise equal after training, and training moved them."""
+    from tests.conftest import run_cli
+
+    demos = tmp_path / "demos"
+    done = run_cli("record", "--task", "arm-reach", "--expert", "--episodes", "4", "--num-envs", "4", "--out",
+                   str(demos), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ranks = run_checks("learners", tmp_path, str(demos))
+    assert list(ranks[0]) == ["ppo", "bc", "flow-bc", "reinflow"]
+    for algo, result in ranks[0].items():
+        for key, value in result["final"].items():
+            assert torch.equal(value, ranks[1][algo]["final"][key]), (algo, key)
+        assert any(not torch.equal(v, result["initial"][k]) for k, v in result["final"].items()), algo
 
 
 def test_only_rank_0_writes_and_a_resume_with_as_many_ranks_is_exact(tmp_path):

@@ -2,7 +2,7 @@
 thing of a data-parallel run and saves what it saw and what came out to OUT/rank<r>.pt, for the test to compare
 with one process working on the ranks' data put together.
 
-Usage: python distributed_checks.py MODE OUT [DATASET]   (MODE: collectives, ppo, sac, learners)
+Usage: python distributed_checks.py MODE OUT [DATASET]   (MODE: collectives, ppo, sac, learners, vla)
 """
 
 from __future__ import annotations
@@ -118,26 +118,19 @@ def sac(rank: int, out: Path) -> None:
     torch.save({"batch": batch, "initial": initial, "final": algo.policy.state_dict()}, out)
 
 
-def learners(rank: int, out: Path) -> None:
-    """A few iterations of each learner on arm-reach (PPO with several minibatches, BC, flow-BC from the dataset, then
-    ReinFlow from that flow-BC run): each rank samples its own minibatches, so only averaged gradients keep the ranks'
-    networks equal."""
+def train_each(rank: int, out: Path, task: str, plans: dict[str, list[str]]) -> None:
+    """Two iterations of each planned learner on `task`, one after the other (a later plan may start from an earlier
+    run, written by rank 0); each rank's networks before and after."""
     from robo_rl.learn.builders import resolve_config
     from robo_rl.learn.runner import make_runner
 
     runs = out.parent / "runs"
     runs.mkdir(exist_ok=True)
-    common = ["sim.num_envs=8", "runner.eval_episodes=0", f"runner.log_dir={runs}"]
-    dataset = f"algo.dataset={sys.argv[3]}"
-    plans = {"ppo": ["algo.num_steps_per_env=8", "algo.num_mini_batches=4"],
-             "bc": [dataset, "algo.num_steps_per_env=5"],
-             "flow-bc": [dataset, "algo.num_steps_per_env=5", "policy.hidden_dims=[32,32]"],
-             "reinflow": [f"algo.pretrained={runs / 'flow-bc'}", "algo.num_steps_per_env=8",
-                          "algo.critic_warmup_iterations=1", "policy.hidden_dims=[32,32]"]}
     result = {}
     for algo, extra in plans.items():
-        cfg = resolve_config({"task": "arm-reach", "algo_name": algo},
-                             [*common, *extra, "runner.max_iterations=2", f"runner.run_name={algo}"])
+        cfg = resolve_config({"task": task, "algo_name": algo},
+                             [f"runner.log_dir={runs}", "runner.eval_episodes=0", *extra, "runner.max_iterations=2",
+                              f"runner.run_name={algo}"])
         runner = make_runner(cfg, runs / algo)
         if rank == 0:
             (runs / algo).mkdir()
@@ -145,15 +138,39 @@ def learners(rank: int, out: Path) -> None:
         runner.learn(None)
         result[algo] = {"initial": initial, "final": runner.policy.state_dict()}
         runner.close()
-        dist.barrier()  # reinflow reads flow-bc's checkpoint, written by rank 0
+        dist.barrier()  # the next plan may read this run's checkpoint, written by rank 0
     torch.save(result, out)
+
+
+def learners(rank: int, out: Path) -> None:
+    """PPO with several minibatches, BC and flow-BC from the dataset, then ReinFlow from that flow-BC run, on
+    arm-reach: each rank samples its own minibatches, so only averaged gradients keep the ranks' networks equal."""
+    dataset = f"algo.dataset={sys.argv[3]}"
+    runs = out.parent / "runs"
+    train_each(rank, out, "arm-reach", {
+        "ppo": ["sim.num_envs=8", "algo.num_steps_per_env=8", "algo.num_mini_batches=4"],
+        "bc": ["sim.num_envs=8", dataset, "algo.num_steps_per_env=5"],
+        "flow-bc": ["sim.num_envs=8", dataset, "algo.num_steps_per_env=5", "policy.hidden_dims=[32,32]"],
+        "reinflow": ["sim.num_envs=8", f"algo.pretrained={runs / 'flow-bc'}", "algo.num_steps_per_env=8",
+                     "algo.critic_warmup_iterations=1", "policy.hidden_dims=[32,32]"]})
+
+
+def vla(rank: int, out: Path) -> None:
+    """A small VLA on arm-pick-place-vision: SFT from the camera dataset, then Flow-SDE PPO from it."""
+    small = ["policy.width=32", "policy.heads=2", "policy.prefix_layers=1", "policy.expert_layers=1",
+             "policy.horizon=4", "policy.execute_steps=2", "algo.num_steps_per_env=3", "env.episode_length_s=1.0",
+             "sim.num_envs=4"]
+    train_each(rank, out, "arm-pick-place-vision", {
+        "vla-sft": [*small, f"algo.dataset={sys.argv[3]}", "algo.batch_size=8"],
+        "vla-rl": [*small, f"algo.pretrained={out.parent / 'runs' / 'vla-sft'}", "algo.num_mini_batches=2",
+                   "algo.critic_warmup_iterations=1"]})
 
 
 if __name__ == "__main__":
     mode, folder = sys.argv[1], Path(sys.argv[2])
     dist.init_process_group("gloo")
     try:
-        check = {"collectives": collectives, "ppo": ppo, "sac": sac, "learners": learners}[mode]
+        check = {"collectives": collectives, "ppo": ppo, "sac": sac, "learners": learners, "vla": vla}[mode]
         check(dist.get_rank(), folder / f"rank{dist.get_rank()}.pt")
     finally:
         dist.destroy_process_group()

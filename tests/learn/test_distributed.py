@@ -188,6 +188,18 @@ def test_every_learner_keeps_the_ranks_networks_equal(tmp_path):
         assert any(not torch.equal(v, result["initial"][k]) for k, v in result["final"].items()), algo
 
 
+def test_the_vla_learners_keep_the_ranks_networks_equal(tmp_path):
+    """vla-sft on a camera dataset, then vla-rl (Flow-SDE PPO) from it, 2 ranks of 2 worlds each."""
+    from robo_rl.demos.sim_record import record_expert
+
+    record_expert("arm-pick-place-vision", 2, tmp_path / "ds", num_envs=2, cameras=("scene",))
+    ranks = run_checks("vla", tmp_path, str(tmp_path / "ds"))
+    for algo, result in ranks[0].items():
+        for key, value in result["final"].items():
+            assert torch.equal(value, ranks[1][algo]["final"][key]), (algo, key)
+        assert any(not torch.equal(v, result["initial"][k]) for k, v in result["final"].items()), algo
+
+
 def test_only_rank_0_writes_and_a_resume_with_as_many_ranks_is_exact(tmp_path):
     """Each rank runs in its own folder: rank 1's stays empty. Two iterations in one go equal one, then a resume."""
     args = ("--task", "arm-reach", "--num-envs", "16", "--set", "runner.eval_episodes=0", "--set",

@@ -320,11 +320,9 @@ def _train_started(args: argparse.Namespace, start: _Start) -> int:
         try:
             first = runner.resume(start.state) if start.state is not None else 0
             command = ["robo-rl", *args.argv]
-            if not main_rank:
-                pass
-            elif start.resuming:  # only now that the start has succeeded
+            if main_rank and start.resuming:  # only now that the start has succeeded
                 record_resume(start.run_dir, start.cfg, first, command)
-            else:
+            elif main_rank:
                 lock = create_run_dir(start.run_dir, start.cfg, command)
             return _train(start, runner, first) if main_rank else _train_quietly(runner)
         finally:

@@ -360,7 +360,11 @@ class PPO:
         self.generator.set_state(state["generator"])
         if self.return_normalizer is not None:
             self.return_normalizer.load_state_dict(state["return_normalizer"])
-            self.discounted_return.copy_(state["discounted_return"])
+            saved = state["discounted_return"]  # (N,) per world: a resume over another number of ranks restarts it
+            if saved.shape == self.discounted_return.shape:
+                self.discounted_return.copy_(saved)
+            else:
+                self.discounted_return.zero_()
 
 
 def build_policy(cfg: PolicyConfig, spec: EnvSpec) -> ActorCritic:

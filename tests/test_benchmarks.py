@@ -55,3 +55,15 @@ def test_benchmark_smoke_run_prints_its_targets(script, args, expected):
     and their numbers, are for docs/benchmarks.md)."""
     problems = smoke_run_problems(script, args, expected)
     assert not problems, "\n".join(problems)
+
+
+def test_profile_iteration_splits_an_iteration_into_its_parts():
+    """scripts/profile_iteration.py --smoke: every part of the iteration has its row, and they account for it."""
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "profile_iteration.py"), "--smoke"], cwd=REPO,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    total = float(re.search(r"16 worlds: ([0-9.]+) ms per iteration", out.stdout).group(1))
+    rows = dict(re.findall(r"^  (\w+) +([0-9.]+) ms", out.stdout, flags=re.M))
+    assert list(rows) == ["physics", "actions", "task", "policy", "storage", "returns", "update", "loop"]
+    assert float(rows["physics"]) > 0 and float(rows["update"]) > 0
+    assert sum(float(v) for v in rows.values()) == pytest.approx(total, rel=0.05, abs=1.0)

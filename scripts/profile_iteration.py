@@ -120,9 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.task}: {iterations} timed iterations after {warmup} untimed, per iteration")
     for n in counts:
         rows = profile(args.task, n, iterations, warmup, args.overrides)
-        total = rows.pop("iteration")
+        total, steps = rows.pop("iteration"), rows.pop("steps")
         rows["loop"] = max(0.0, total - sum(rows.values()))
-        steps = rows.pop("steps")
         print(f"\n{n} worlds: {total * 1000:.0f} ms per iteration, {steps / total:,.0f} env steps/s "
               f"(physics alone would allow {steps / rows['physics']:,.0f})")
         for row in ROWS:

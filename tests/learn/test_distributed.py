@@ -340,3 +340,21 @@ def test_sac_replay_buffers_of_every_rank_are_saved_and_restored(tmp_path):
     one = run_cli("train", "--resume", "sac", "--max-iterations", "4", cwd=tmp_path)
     assert one.returncode == 0, one.stderr[-2000:]
     assert "note: the replay buffer file replay_000003.pt holds 2 rank(s)' buffers, this run has 1" in one.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 CUDA GPUs (the NCCL path); this machine has none or one")
+def test_two_gpus_train_and_resume_over_nccl(tmp_path):
+    """On a machine with 2 GPUs: 2 ranks on cuda:0 and cuda:1 (MuJoCo Warp, NCCL for the gradients, gloo for the rest)
+    train, checkpoint every rank's state and resume exactly (no note)."""
+    args = ("-m", "robo_rl.cli", "train", "--distributed", "--task", "arm-reach", "--num-envs", "256",
+            "--set", "sim.backend=mujoco_warp", "--set", "sim.device=cuda", "--set", "runner.eval_episodes=0")
+    done = torchrun(*args, "--max-iterations", "3", "--run-name", "nccl", cwd=tmp_path, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = load_run_checkpoint(tmp_path / "runs" / "nccl" / "model_000003.pt")
+    assert state["world_size"] == 2 and len(state["rank_states"]) == 1
+    again = torchrun("-m", "robo_rl.cli", "train", "--distributed", "--resume", "nccl", "--max-iterations", "4",
+                     cwd=tmp_path, timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "note:" not in again.stdout

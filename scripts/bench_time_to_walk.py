@@ -1,0 +1,181 @@
+"""Time to walk: wall-clock seconds until `robo-rl train --task quadruped-walk-flat` (its preset) tracks its velocity
+commands, against rsl-rl-lib's PPO on the same env.
+
+Per seed, one run after the other (never two at once):
+  1. ours: the preset through our OnPolicyRunner, stopped once the logged tracking reward
+     (`Episode_Reward/track_lin_vel_xy`, reward per second of episode, maximum 1.0) has held >= 0.9 of its maximum
+     for 10 consecutive iterations (or after `--budget` seconds); the time is the training time at that point. The
+     policy at that point is evaluated on 64 fresh episodes (the CLI's evaluation): planar velocity error.
+  2. rsl-rl-lib 5's OnPolicyRunner (same env through robo_rl.adapters.to_rsl_rl, same hyper-parameters and network
+     sizes as the preset: scripts/bench_ppo.py's mapping), one iteration per `learn` call, timed, with the same
+     stopping rule, for at most twice our time (enough to decide the 0.5 ratio; capped by `--budget`). When it has
+     not walked by then, its time is reported as "> limit" and the ratio as an upper bound.
+
+    PYTHONPATH=. .venv/bin/python scripts/bench_time_to_walk.py                 # seeds 0 1 2, up to ~1 h
+    PYTHONPATH=. .venv/bin/python scripts/bench_time_to_walk.py --seeds 0 --budget 600
+    PYTHONPATH=. .venv/bin/python scripts/bench_time_to_walk.py --smoke         # tiny: checks the script
+
+Ends with (medians over seeds)
+    TARGET go2_seconds_to_walk measured=<s> goal=<=180 PASS|FAIL
+    TARGET go2_eval_planar_error_m_per_s measured=<m/s> goal=<=0.1 PASS|FAIL
+    TARGET go2_time_to_walk_vs_rsl_rl measured=<ours / rsl-rl-lib> goal=<=0.5 PASS|FAIL
+and exits 0 either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from robo_rl.sim import set_training_process_defaults  # noqa: E402
+
+set_training_process_defaults()
+
+TASK = "quadruped-walk-flat"
+METRIC = "Episode_Reward/track_lin_vel_xy"
+MAX_TRACKING = 1.0
+"""The tracking reward per second of a perfect walker (the term's weight)."""
+FRACTION, HOLD = 0.9, 10
+EVAL_EPISODES = 64
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--budget", type=float, default=900.0, help="seconds of training at most, per learner and seed")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the preset for both learners")
+    p.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script, measures nothing")
+    return p.parse_args(argv)
+
+
+def walked_at(values: list[float | None], times: list[float]) -> float | None:
+    """Training time at the first iteration that ends HOLD consecutive logged values >= FRACTION * MAX_TRACKING."""
+    run = 0
+    for value, t in zip(values, times, strict=True):
+        run = run + 1 if value is not None and value >= FRACTION * MAX_TRACKING else 0
+        if run >= HOLD:
+            return t
+    return None
+
+
+def config(args: argparse.Namespace, seed: int):
+    from robo_rl.core.config import load_yaml
+    from robo_rl.learn.builders import resolve_config
+
+    raw = {**load_yaml(REPO / "sim_configs" / f"{TASK}.yaml"), "task": TASK}
+    smoke = ["sim.num_envs=16", "algo.num_steps_per_env=8", "env.episode_length_s=0.5"] if args.smoke else []
+    return resolve_config(raw, [*smoke, *args.overrides, f"seed={seed}", "runner.max_iterations=1000000",
+                                f"runner.max_time_s={args.budget}", "runner.save_interval=1000000"])
+
+
+class _Recorder:
+    """TrainLogger stand-in: the tracking value and training time of every iteration."""
+
+    def __init__(self) -> None:
+        self.values: list[float | None] = []
+        self.times: list[float] = []
+
+    def log(self, iteration: int, scalars: dict[str, float], elapsed: float, final: bool) -> None:
+        self.values.append(scalars.get(METRIC))
+        self.times.append(elapsed)
+
+    def video(self, *args: object) -> None:
+        pass
+
+
+def train_ours(cfg, smoke: bool) -> dict:
+    from robo_rl.learn.runner import OnPolicyRunner
+
+    rec = _Recorder()
+    with tempfile.TemporaryDirectory() as run_dir:
+        runner = OnPolicyRunner(cfg, run_dir)
+        try:
+            hold = 2 if smoke else None
+            runner.learn(rec, stop=lambda r: (r.iteration >= hold) if hold else walked_at(rec.values, rec.times)
+                         is not None)
+            metrics = runner.evaluate(4 if smoke else EVAL_EPISODES)["metrics"]
+        finally:
+            runner.close()
+    return {"walked": walked_at(rec.values, rec.times), "trained": runner.train_time,
+            "iterations": runner.iteration, "error": float(metrics["lin_vel_error"])}
+
+
+def train_rsl(cfg, limit: float, smoke: bool) -> dict:
+    from rsl_rl.runners import OnPolicyRunner as RslRunner
+
+    from robo_rl.adapters.to_rsl_rl import RslRlVecEnv
+    from robo_rl.learn.builders import build_env
+
+    spec = importlib.util.spec_from_file_location("bench_ppo", REPO / "scripts" / "bench_ppo.py")
+    bench_ppo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_ppo)
+    import torch
+
+    torch.manual_seed(cfg.seed)
+    env = build_env(cfg)
+    env.reset()
+    venv = RslRlVecEnv(env)
+    values: list[float | None] = []
+    times: list[float] = []
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            runner = RslRunner(venv, bench_ppo.rsl_train_config(cfg, "scalar"), log_dir=None, device="cpu")
+        elapsed, steps = 0.0, cfg.algo.num_steps_per_env
+        while elapsed < limit and (not smoke or len(values) < 2):
+            t0 = time.perf_counter()
+            runner.learn(1, init_at_random_ep_len=False)
+            elapsed += time.perf_counter() - t0
+            logged = [log[METRIC] for log in venv.step_logs[-steps:] if METRIC in log]
+            values.append(sum(logged) / len(logged) if logged else None)
+            times.append(elapsed)
+            if walked_at(values, times) is not None:
+                break
+    finally:
+        env.close()
+    return {"walked": walked_at(values, times), "trained": elapsed, "iterations": len(values)}
+
+
+def target(name: str, value: float, op: str, goal: float) -> None:
+    ok = value <= goal if op == "<=" else value >= goal
+    print(f"TARGET {name} measured={value:.4g} goal={op}{goal} {'PASS' if ok else 'FAIL'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    ours_times, errors, ratios = [], [], []
+    for seed in args.seeds:
+        cfg = config(args, seed)
+        ours = train_ours(cfg, args.smoke)
+        ours_time = ours["walked"] if ours["walked"] is not None else ours["trained"]
+        print(f"seed {seed} robo_rl: {'walked at' if ours['walked'] is not None else 'did not walk in'} "
+              f"{ours_time:.0f} s ({ours['iterations']} iterations); evaluation planar error "
+              f"{ours['error']:.3f} m/s", flush=True)
+        limit = min(args.budget, 2 * ours_time)
+        rsl = train_rsl(cfg, limit, args.smoke)
+        rsl_time = rsl["walked"] if rsl["walked"] is not None else rsl["trained"]
+        print(f"seed {seed} rsl-rl-lib: {'walked at' if rsl['walked'] is not None else 'did not walk in'} "
+              f"{rsl_time:.0f} s ({rsl['iterations']} iterations)", flush=True)
+        ours_times.append(ours_time)  # the whole budget when it did not walk
+        errors.append(ours["error"])
+        ratios.append(ours_time / max(rsl_time, 1e-9))  # an upper bound when rsl-rl-lib did not walk
+    print(f"\nrobo_rl seconds to walk: {ours_times}; evaluation errors: {[round(e, 3) for e in errors]}; "
+          f"ratios to rsl-rl-lib: {[round(r, 3) for r in ratios]} (a bound where rsl-rl-lib did not walk)")
+    target("go2_seconds_to_walk", statistics.median(ours_times), "<=", 180)
+    target("go2_eval_planar_error_m_per_s", statistics.median(errors), "<=", 0.1)
+    target("go2_time_to_walk_vs_rsl_rl", statistics.median(ratios), "<=", 0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

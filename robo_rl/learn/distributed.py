@@ -8,9 +8,9 @@ advantage normalisation and its KL for the adaptive learning rate (`mean`). Rank
 TensorBoard, checkpoints, videos) and evaluates.
 
 Every function here is the identity (no communication) when no process group is initialised or it has one rank,
-so a single-process run takes the same code path. Backend: `nccl` when the learner is on a GPU, else `gloo`; one
-timeout (`runner.distributed_timeout_s`) bounds every collective, so a dead or stalled rank ends the job with one
-line on every rank instead of a hang.
+so a single-process run takes the same code path. One process group serves both backends (`init`): NCCL for GPU
+tensors, gloo for CPU ones; one timeout (`robo-rl train --dist-timeout`) bounds every collective, so a dead or stalled
+rank ends the job with one line on every rank instead of a hang.
 """
 
 from __future__ import annotations
@@ -60,12 +60,6 @@ def world() -> World:
 def active() -> bool:
     """Whether a process group with more than one rank is initialised."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-
-
-def torchrun_rank() -> int | None:
-    """RANK as torchrun set it (before any process group exists), or None outside torchrun."""
-    value = os.environ.get("RANK")
-    return int(value) if value is not None and value.isdigit() else None
 
 
 def rank_device(device: str, local_rank: int) -> str:
@@ -182,7 +176,7 @@ def mean(value: float) -> float:
     """A scalar's mean over the ranks (PPO's KL per minibatch: equal batch sizes make it the whole batch's)."""
     if not active():
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=_device())
+    t = torch.tensor([value], dtype=torch.float64, device="cpu")  # gloo is in every group `init` makes
     _collective(dist.all_reduce, t)
     return float(t) / dist.get_world_size()
 
@@ -191,7 +185,7 @@ def any_rank(flag: bool) -> bool:
     """Whether `flag` holds on any rank (every rank gets the same answer): stop decisions."""
     if not active():
         return flag
-    t = torch.tensor([1.0 if flag else 0.0], device=_device())
+    t = torch.tensor([1.0 if flag else 0.0], device="cpu")  # gloo is in every group `init` makes
     _collective(dist.all_reduce, t, op=dist.ReduceOp.MAX)
     return bool(t > 0)
 
@@ -230,7 +224,3 @@ def scatter_object(objs: list[Any] | None) -> Any:
     _collective(dist.scatter_object_list, box, objs if dist.get_rank() == 0 else None, src=0)
     return box[0]
 
-
-def _device() -> torch.device:
-    """Where the small tensors of scalar collectives live: the CPU (gloo is in every group this module makes)."""
-    return torch.device("cpu")

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -69,19 +68,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def loopback_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def torchrun(nproc: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
-            f"--master_port={free_port()}"]
+    """torchrun on this machine: `--standalone` binds its store to a free localhost port itself (no race between
+    picking a port and binding it, which concurrent jobs can lose)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
 
 
 # ------------------------------------------------------------------------------------------------ learning

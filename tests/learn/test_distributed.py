@@ -27,6 +27,8 @@ from tests.learn import distributed_checks as checks
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKS = Path(checks.__file__)
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+"""torchrun on this machine: its store binds a free localhost port itself (no race with concurrent jobs)."""
 
 
 def free_port() -> int:
@@ -41,8 +43,7 @@ def loopback_env(**extra: str) -> dict[str, str]:
 
 
 def torchrun(*args: str, cwd: Path, timeout: float = 300, **popen: object) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", *args]
+    cmd = [*TORCHRUN, *args]
     return subprocess.run(cmd, cwd=cwd, env=loopback_env(), capture_output=True, text=True, timeout=timeout)
 
 
@@ -295,8 +296,7 @@ def test_a_lost_rank_ends_the_job_with_one_line(tmp_path, how):
 
 
 def test_sigterm_to_torchrun_stops_every_rank_with_the_last_checkpoint_whole(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", "-m", "robo_rl.cli", "train", "--distributed", "--task", "arm-reach",
+    cmd = [*TORCHRUN, "-m", "robo_rl.cli", "train", "--distributed", "--task", "arm-reach",
            "--num-envs", "16", "--max-iterations", "100000", "--run-name", "term", "--set", "runner.save_interval=3",
            "--set", "runner.eval_episodes=0"]
     launcher = subprocess.Popen(cmd, cwd=tmp_path, env=loopback_env(), stdout=subprocess.PIPE,

@@ -136,11 +136,12 @@ class Probe:
         self.endpoint.close()
 
 
-def relaxed_hardware(tmp_path: Path, robot: str, state_timeout_s: float = 0.2) -> str:
+def relaxed_hardware(tmp_path: Path, robot: str, state_timeout_s: float = 0.4) -> str:
     """A copy of hardware/<robot>.yaml with a longer stale-state timeout (still inside its safe range).
 
     The panda's 50 ms is meant for a dedicated robot computer; here two Python processes share 2 cores
-    with other work, and a scheduling stall of 50 ms would trip the watchdog (correctly) mid-test.
+    with other work (in CI: torchrun ranks, learning runs), and a scheduling stall of 50 ms, or once in a
+    while of 200 ms, trips the watchdog (correctly) mid-test and leaves the robot damped.
     """
     text = (REPO / "hardware" / f"{robot}.yaml").read_text()
     start = text.index("state_timeout_s:")

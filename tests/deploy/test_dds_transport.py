@@ -266,7 +266,8 @@ def test_panda_reach_over_dds_between_two_processes(dds_domain, tmp_path):
             distances.append(np.linalg.norm(rm.read_point(probe.latest("rt/ee_position")) - target))
         deployed = float(np.mean(distances))
         print(f"panda reach over DDS: {deployed:.4f} m (trained {trained['ee_distance_final']:.4f} m)")
-        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.01, distances
+        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.01, \
+            (distances, probe.mode(), (tmp_path / "deploy.log").read_text()[-2000:])
         _finish(deploy, twin, tmp_path)
     finally:
         for p in (deploy, twin):
@@ -295,7 +296,8 @@ def test_go2_walk_over_dds_between_two_processes(dds_domain, tmp_path):
                     errors.append(np.hypot(command[0] - twist.linear.x, command[1] - twist.linear.y))
         deployed = float(np.mean(errors))
         print(f"go2 walk over DDS: {deployed:.4f} m/s (trained {trained['lin_vel_error']:.4f} m/s)")
-        assert deployed < trained["lin_vel_error"] + 0.1, deployed
+        assert deployed < trained["lin_vel_error"] + 0.1, \
+            (deployed, probe.mode(), (tmp_path / "deploy.log").read_text()[-2000:])
         _finish(deploy, twin, tmp_path)
     finally:
         for p in (deploy, twin):

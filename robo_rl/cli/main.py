@@ -117,6 +117,9 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--physics-dt", type=float, help="physics time step (s); default the MJCF's")
     tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
     tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
+    tw.add_argument("--sport-mode", default="normal", choices=("normal", "ai", "advanced", "released", "locked"),
+                    help="unitree profile: the onboard controller active at start, as on a Go2 at power-on (the twin "
+                         "ignores low-level commands until deploy releases it); locked: it refuses to be released")
 
     rc = sub.add_parser("record", help="record LeRobot v3.0 demonstrations: a task's expert or teacher, or teleop")
     rc.add_argument("--task", help="with --expert or --teacher: the task to record in simulation")

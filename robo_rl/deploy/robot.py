@@ -77,6 +77,17 @@ class RobotInterface(Protocol):
         ...
 
 
+def take_control(robot: RobotInterface) -> None:
+    """Ask the robot's own controller to hand the motors over, if it has one (Unitree's sport mode); before the
+    first command of a session that sends commands (never in a dry run). ValueError (one line) when it refuses.
+
+    A transport's robot offers this as an optional `take_control()` method; robots without one need nothing.
+    """
+    hand_over = getattr(robot, "take_control", None)
+    if hand_over is not None:
+        hand_over()
+
+
 # ---------------------------------------------------------------------------------------------- transports
 @dataclass(frozen=True, kw_only=True)
 class ConnectOptions:

@@ -35,8 +35,8 @@ from robo_rl.deploy import transports as builtin_transports
 from robo_rl.deploy.controller import REALTIME_PRIORITY
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.policy import PolicyStep
-from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Transport
-from robo_rl.deploy.runtime import RUNTIME_REQUESTS, PolicyRuntime, RuntimeConfig, observes_ee
+from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Transport, take_control
+from robo_rl.deploy.runtime import RUNTIME_REQUESTS, PolicyRuntime, RuntimeConfig, observes_ee, wait_for_fresh_state
 from robo_rl.deploy.state_machine import Mode
 
 
@@ -201,6 +201,9 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
             runtime.subscribe(on_event=lambda event: link.publish_event(event.to_json()), on_record=link.publish_record)
         target = wrap_robot(robot) if wrap_robot is not None else robot
         print(f"waiting for robot state from {robot} ...", file=out, flush=True)
+        if not runtime.config.dry_run:  # e.g. release a Go2's sport mode: once it answers, before the first command
+            wait_for_fresh_state(robot, runtime.config.state_wait_s, runtime.hw.safety.state_timeout_s)
+            take_control(robot)
         runtime.activate(target)
         words: queue.Queue[str] = queue.Queue()
         if not entry.rehearsal:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
 from robo_rl.deploy.transports.dds import unitree  # noqa: E402
 from robo_rl.deploy.transports.dds.dds_robot import DdsRobot  # noqa: E402
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint  # noqa: E402
+from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient  # noqa: E402
 from robo_rl.deploy.transports.dds.operator import DdsOperatorLink  # noqa: E402
 from robo_rl.deploy.transports.dds.settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.transports.dds.twin_server import DdsTwinServer  # noqa: E402
@@ -116,6 +118,42 @@ class Recorder:
 
     def close(self):
         self.robot.close()
+
+
+def test_the_go2_twin_ignores_low_level_commands_until_its_sport_mode_is_released(dds_domain):
+    """As on a Go2 at power-on, the onboard controller holds the motors: lowcmd is ignored until take_control has
+    released the sport mode through the motion switcher; a `restore` hardware file selects it again at close."""
+    settings = DdsSettings.from_hardware(GO2, sport_mode="restore")
+    twin = SimRobot(REPO / "envs" / "go2.xml", GO2, control_dt=0.02, realtime=True)
+    served, used = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
+    stop = threading.Event()
+    server = DdsTwinServer(twin, GO2, settings, served, rate_hz=200, sport_mode="normal")
+    thread = threading.Thread(target=server.serve, args=(stop,))
+    thread.start()
+    client = None
+    try:
+        client = DdsRobot(GO2, settings, control_dt=0.02, endpoint=used)
+        state = client.wait_for_state(5.0, fresh_within_s=0.1)
+        for _ in range(5):
+            client.send_command(hold(GO2, state.q))
+            time.sleep(0.02)
+        wait_until(lambda: server.ignored >= 3, 3.0, "the commands to reach the twin")
+        assert server.commands == 0  # the sport-mode controller still drives the motors
+        client.take_control()
+        assert client.released_mode == "normal" and not server.motion_switcher.active
+        client.send_command(hold(GO2, state.q))
+        wait_until(lambda: server.commands >= 1, 3.0, "a command applied once released")
+        client.close()
+        client = None
+        assert server.motion_switcher.mode == "normal"  # restored at close
+    finally:
+        stop.set()
+        thread.join()
+        twin.close()
+        if client is not None:
+            client.close()
+        for ep in (served, used):
+            ep.close()
 
 
 @pytest.fixture
@@ -210,13 +248,16 @@ def test_operator_topic_and_diagnostics(dds_deploy):
 
 
 # ---------------------------------------------------------------------------------------------- two processes
-def _deploy_and_start(domain: int, policy: str, robot: str, tmp_path, *extra: str, via: str = "topic"):
+def _deploy_and_start(domain: int, policy: str, robot: str, tmp_path, *extra: str, via: str = "topic",
+                      hardware: str | None = None):
     """Start `robo-rl deploy --transport dds`, wait for READY on /diagnostics, then the operator's `start`:
-    published on rt/robo_rl/operator (via="topic") or typed on the command's stdin (via="stdin")."""
+    published on rt/robo_rl/operator (via="topic") or typed on the command's stdin (via="stdin").
+    `hardware`: the hardware file (default: relaxed_hardware of `robot`)."""
     probe = Probe(domain, {"rt/diagnostics": dt.DiagnosticArray,
                            **({"rt/ee_position": dt.PointStamped} if robot == "panda" else {}),
                            **({"rt/twin/base_twist": dt.Twist} if robot == "go2" else {})})
-    deploy = start_cli("deploy", "--policy", f"policies/{policy}.onnx", "--robot", relaxed_hardware(tmp_path, robot),
+    hardware = hardware or relaxed_hardware(tmp_path, robot)
+    deploy = start_cli("deploy", "--policy", f"policies/{policy}.onnx", "--robot", hardware,
                        "--transport", "dds", "--domain-id", str(domain), *extra, log=tmp_path / "deploy.log",
                        stdin=subprocess.PIPE)
     try:
@@ -279,11 +320,14 @@ def test_panda_reach_over_dds_between_two_processes(dds_domain, tmp_path):
 
 @pytest.mark.slow
 def test_go2_walk_over_dds_between_two_processes(dds_domain, tmp_path):
-    """The Go2 over Unitree's lowstate / lowcmd (no ROS), velocity commands on cmd_vel, tracked as in sim."""
-    twin = start_twin(relaxed_hardware(tmp_path, "go2"), dds_domain, log=tmp_path / "twin.log")
+    """The Go2 over Unitree's lowstate / lowcmd (no ROS), velocity commands on cmd_vel, tracked as in sim; the
+    twin starts in sport mode as a Go2 does: deploy releases it first and (`sport_mode: restore`) selects it again."""
+    hardware = Path(relaxed_hardware(tmp_path, "go2"))
+    hardware.write_text(hardware.read_text().replace("profile: unitree,", "profile: unitree, sport_mode: restore,"))
+    twin = start_twin(str(hardware), dds_domain, log=tmp_path / "twin.log")
     deploy = probe = None
     try:
-        deploy, probe = _deploy_and_start(dds_domain, "go2_walk", "go2", tmp_path, via="stdin")
+        deploy, probe = _deploy_and_start(dds_domain, "go2_walk", "go2", tmp_path, via="stdin", hardware=str(hardware))
         trained = json.loads((REPO / "policies" / "go2_walk.json").read_text())["extra"]["train_eval"]
         errors = []
         for command in ((0.6, 0.0, 0.0), (0.3, -0.2, 0.4)):
@@ -298,13 +342,32 @@ def test_go2_walk_over_dds_between_two_processes(dds_domain, tmp_path):
         print(f"go2 walk over DDS: {deployed:.4f} m/s (trained {trained['lin_vel_error']:.4f} m/s)")
         assert deployed < trained["lin_vel_error"] + 0.1, \
             (deployed, probe.mode(), (tmp_path / "deploy.log").read_text()[-2000:])
-        _finish(deploy, twin, tmp_path)
+        _finish(deploy, None, tmp_path)
+        assert MotionSwitcherClient(probe.endpoint, timeout_s=5.0).check_mode() == "normal"  # restored at exit
+        stop_process(twin)
+        assert "sport mode normal" in (tmp_path / "twin.log").read_text()
     finally:
         for p in (deploy, twin):
             if p is not None:
                 stop_process(p)
         if probe is not None:
             probe.close()
+
+
+def test_deploy_refuses_to_start_while_the_go2_keeps_its_sport_mode(dds_domain, tmp_path):
+    """A sport mode that stays active after the release requests: one line, exit 2, no command sent."""
+    twin = start_twin(relaxed_hardware(tmp_path, "go2"), dds_domain, "--sport-mode", "locked",
+                      log=tmp_path / "twin.log")
+    try:
+        refused = run_cli("deploy", "--policy", "policies/go2_walk.onnx", "--robot", "hardware/go2.yaml",
+                          "--transport", "dds", "--domain-id", str(dds_domain), timeout=120)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            "robo-rl: the robot's sport mode 'normal' is still active after 3 release requests (motion switcher code "
+            "7008); nothing was sent: release it with the remote or the app")
+    finally:
+        stop_process(twin)
+    assert "twin stopped: 0 commands applied, 0 rejected" in (tmp_path / "twin.log").read_text()
 
 
 def test_cli_refuses_bad_dds_input(dds_domain):

@@ -27,8 +27,8 @@ GO2 = load_hardware(REPO / "hardware" / "go2.yaml")
 
 
 @pytest.fixture(scope="module")
-def sdk():
-    """(LowCmd_, LowState_ factories, CRC) of the installed unitree-sdk2, bypassing its broken package __init__."""
+def sdk_package():
+    """The installed unitree-sdk2's package path made importable without its broken package __init__."""
     spec = importlib.util.find_spec("unitree_sdk2py")
     if spec is None:
         pytest.skip("unitree-sdk2 not installed (pip install --no-deps unitree-sdk2==1.0.1, as scripts/setup.sh does)")
@@ -36,20 +36,26 @@ def sdk():
     package = types.ModuleType("unitree_sdk2py")
     package.__path__ = list(spec.submodule_search_locations)
     sys.modules["unitree_sdk2py"] = package
-    system = platform.system
-    try:
-        from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowCmd_, unitree_go_msg_dds__LowState_
+    yield
+    for k in [k for k in sys.modules if k == "unitree_sdk2py" or k.startswith("unitree_sdk2py.")]:
+        del sys.modules[k]
+    sys.modules.update(saved)
 
-        platform.system = lambda: "Darwin"  # the SDK's pure-Python CRC (its Linux path needs a missing .so)
+
+@pytest.fixture(scope="module")
+def sdk(sdk_package):
+    """(LowCmd_, LowState_ factories, CRC) of the installed unitree-sdk2."""
+    from unitree_sdk2py.idl.default import unitree_go_msg_dds__LowCmd_, unitree_go_msg_dds__LowState_
+
+    system = platform.system
+    platform.system = lambda: "Darwin"  # the SDK's pure-Python CRC (its Linux path needs a missing .so)
+    try:
         from unitree_sdk2py.utils.crc import CRC
 
         crc = CRC()
     finally:
         platform.system = system
-    yield unitree_go_msg_dds__LowCmd_, unitree_go_msg_dds__LowState_, crc
-    for k in [k for k in sys.modules if k == "unitree_sdk2py" or k.startswith("unitree_sdk2py.")]:
-        del sys.modules[k]
-    sys.modules.update(saved)
+    return unitree_go_msg_dds__LowCmd_, unitree_go_msg_dds__LowState_, crc
 
 
 def _fill(msg, rng: np.random.Generator):
@@ -166,3 +172,61 @@ def test_state_round_trip():
     wire.tick += 1
     with pytest.raises(ValueError, match="lowstate CRC mismatch"):
         unitree.read_low_state(wire, GO2)
+
+
+# ---------------------------------------------------------------------------------------------- motion switcher
+def test_motion_switcher_requests_equal_the_sdk_clients(sdk_package):
+    """Topic names, type names and request bytes as the SDK's own RPC client makes them (ClientBase._CallBase:
+    identity (id, api_id), lease 0, priority 0, a reply wanted, JSON parameter)."""
+    from unitree_sdk2py.core.channel_name import ChannelType, GetClientChannelName, GetServerChannelName
+    from unitree_sdk2py.idl.unitree_api.msg import dds_ as api
+
+    from robo_rl.deploy.transports.dds import motion_switcher as ms
+
+    assert ms.REQUEST_TOPIC == GetClientChannelName("motion_switcher", ChannelType.SEND)
+    assert ms.RESPONSE_TOPIC == GetClientChannelName("motion_switcher", ChannelType.RECV)
+    assert ms.REQUEST_TOPIC == GetServerChannelName("motion_switcher", ChannelType.RECV)
+    for api_id, parameter, sdk_parameter in ((ms.API_CHECK_MODE, {}, "{}"), (ms.API_RELEASE_MODE, {}, "{}"),
+                                             (ms.API_SELECT_MODE, {"name": "normal"}, '{"name": "normal"}')):
+        request_id = 1_234_567_890_123
+        ours = ms.request_message(api_id, parameter, request_id)
+        header = api.RequestHeader_(api.RequestIdentity_(request_id, api_id), api.RequestLease_(0),
+                                    api.RequestPolicy_(0, False))
+        theirs = api.Request_(header, sdk_parameter, [])
+        assert type(theirs).__idl_typename__ == type(ours).__idl_typename__
+        assert theirs.serialize() == ours.serialize()
+    answer = dt.Response_(data='{"form": "0", "name": "normal"}', binary=[1, 2])
+    answer.header.identity.id, answer.header.identity.api_id, answer.header.status.code = 7, 1001, 7008
+    sdk_answer = api.Response_(api.ResponseHeader_(api.RequestIdentity_(7, 1001), api.ResponseStatus_(7008)),
+                               '{"form": "0", "name": "normal"}', [1, 2])
+    assert type(sdk_answer).__idl_typename__ == type(answer).__idl_typename__
+    assert sdk_answer.serialize() == answer.serialize()
+
+
+def test_release_select_and_refusals_against_the_twins_service(dds_domain):
+    from robo_rl.deploy.transports.dds import motion_switcher as ms
+    from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
+
+    robot_side, twin_side = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
+    try:
+        service = ms.MotionSwitcherService(twin_side, "normal")
+        client = ms.MotionSwitcherClient(robot_side, timeout_s=5.0)
+        assert client.check_mode() == "normal" and service.active
+        assert ms.release_sport_mode(client, settle_s=0.0) == "normal"
+        assert client.check_mode() == "" and not service.active
+        assert ms.release_sport_mode(client, settle_s=0.0) == ""  # nothing to release: nothing asked
+        assert client.select("normal") == ms.OK and service.mode == "normal"
+        assert client.select("dance") == ms.ERR_UNSUPPORTED_MODE and service.mode == "normal"
+        service.locked = True
+        with pytest.raises(ValueError, match=r"^the robot's sport mode 'normal' is still active after 3 release "
+                                             r"requests \(motion switcher code 7008\)"):
+            ms.release_sport_mode(client, settle_s=0.0)
+    finally:
+        robot_side.close()
+        twin_side.close()
+    lonely = DdsEndpoint(dds_domain)
+    try:  # no service on the network
+        with pytest.raises(ValueError, match="^cannot release the robot's sport mode: no motion switcher service"):
+            ms.release_sport_mode(ms.MotionSwitcherClient(lonely, timeout_s=0.5), settle_s=0.0)
+    finally:
+        lonely.close()

@@ -7,13 +7,15 @@ Two profiles, chosen in the hardware file (`transport.dds.profile`):
   keep last 1). State from `joint_states` (+ `imu` for legged robots, `ee_position` for arms whose
   policy observes it); commands on the topic of the chosen command interface (ros_interface).
 - `unitree`: Unitree's low-level SDK topics `rt/lowstate` / `rt/lowcmd` with its message types and CRC,
-  so a Go2 runs with no ROS at all.
+  so a Go2 runs with no ROS at all. `take_control` first releases the onboard sport-mode controller through
+  the motion switcher service (and `close` selects it again when the hardware file asks: `sport_mode: restore`).
 
 All names come from `robo_rl.deploy.ros_interface`.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +30,7 @@ from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint, LatestSample
+from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient, release_sport_mode
 from robo_rl.deploy.transports.dds.settings import DdsSettings
 
 
@@ -54,6 +57,8 @@ class DdsRobot:
         self.state = rm.StateAssembler(hw, needs_imu=legged, needs_ee=needs_ee and settings.profile == "ros2")
         self.sent = 0
         self.send_errors = 0
+        self.released_mode = ""  # the sport mode take_control released ("" when none was active)
+        self._switcher: MotionSwitcherClient | None = None
         topics = settings.state_topics()
         self.state_topic = topics["joints"]
         self.command_topic = settings.command_topic_name()
@@ -118,8 +123,26 @@ class DdsRobot:
         self._writer.write(msg)
         self.sent += 1
 
+    def take_control(self) -> None:
+        """unitree profile: release the onboard sport-mode controller (transport.dds.sport_mode); ValueError
+        (one line) when it stays active. Called before the first command (robo_rl.deploy.robot.take_control)."""
+        if self.settings.profile != "unitree" or self.settings.sport_mode == "none":
+            return
+        self._switcher = MotionSwitcherClient(self.endpoint)
+        self.released_mode = release_sport_mode(self._switcher)
+
     def close(self) -> None:
-        """Drop this robot's readers and writer (and the endpoint if it made it); see DdsEndpoint.close."""
+        """Select the released sport mode again if the hardware file asks (`sport_mode: restore`), then drop this
+        robot's readers and writer (and the endpoint if it made it); see DdsEndpoint.close."""
+        if self._switcher is not None and self.released_mode and self.settings.sport_mode == "restore":
+            try:
+                code = self._switcher.select(self.released_mode)
+            except (TimeoutError, ValueError) as exc:
+                code = str(exc)
+            if code != 0:
+                print(f"robo-rl: could not select the sport mode {self.released_mode!r} again ({code}); select it "
+                      "with the remote or the app", file=sys.stderr, flush=True)
+        self._switcher = None
         self._readers = []  # also breaks the cycle robot -> handler (a bound method) -> robot
         self._writer = None
         if self._own_endpoint:

@@ -6,7 +6,8 @@ cyclonedds writes the dots of `typename` as `::`). Fields carry ROS 2's field na
 CDR bytes equal ROS 2's serialization (tests/deploy/test_dds_wire.py compares them with `rosbags`).
 
 The Unitree structs follow the unitree_go IDL published with unitree_sdk2 (`LowState_`, `LowCmd_` and
-their members); tests/deploy/test_dds_unitree.py checks them against the `unitree-sdk2` package's own types.
+their members), and unitree_api's `Request_` / `Response_` (its RPC services); tests/deploy/test_dds_unitree.py
+checks them against the `unitree-sdk2` package's own types.
 
 No `from __future__ import annotations` here: cyclonedds resolves the field annotations at run time.
 """
@@ -319,6 +320,66 @@ class LowState_(idl.IdlStruct, typename="unitree_go.msg.dds_.LowState_"):
     fan_frequency: types.array[types.uint16, 4] = field(default_factory=lambda: [0] * 4)
     reserve: types.uint32 = 0
     crc: types.uint32 = 0
+
+
+# ---------------------------------------------------------------------------------------------- unitree_api
+# The request / response pair of Unitree's RPC services over DDS (`rt/api/<service>/request` and `/response`),
+# e.g. the motion switcher that releases the onboard sport-mode controller before low-level control.
+@dataclass
+@annotate.final
+class RequestIdentity_(idl.IdlStruct, typename="unitree_api.msg.dds_.RequestIdentity_"):
+    id: types.int64 = 0
+    api_id: types.int64 = 0
+
+
+@dataclass
+@annotate.final
+class RequestLease_(idl.IdlStruct, typename="unitree_api.msg.dds_.RequestLease_"):
+    id: types.int64 = 0
+
+
+@dataclass
+@annotate.final
+class RequestPolicy_(idl.IdlStruct, typename="unitree_api.msg.dds_.RequestPolicy_"):
+    priority: types.int32 = 0
+    noreply: bool = False
+
+
+@dataclass
+@annotate.final
+class RequestHeader_(idl.IdlStruct, typename="unitree_api.msg.dds_.RequestHeader_"):
+    identity: RequestIdentity_ = field(default_factory=RequestIdentity_)
+    lease: RequestLease_ = field(default_factory=RequestLease_)
+    policy: RequestPolicy_ = field(default_factory=RequestPolicy_)
+
+
+@dataclass
+@annotate.final
+class Request_(idl.IdlStruct, typename="unitree_api.msg.dds_.Request_"):
+    header: RequestHeader_ = field(default_factory=RequestHeader_)
+    parameter: str = ""
+    binary: types.sequence[types.uint8] = field(default_factory=list)
+
+
+@dataclass
+@annotate.final
+class ResponseStatus_(idl.IdlStruct, typename="unitree_api.msg.dds_.ResponseStatus_"):
+    code: types.int32 = 0
+
+
+@dataclass
+@annotate.final
+class ResponseHeader_(idl.IdlStruct, typename="unitree_api.msg.dds_.ResponseHeader_"):
+    identity: RequestIdentity_ = field(default_factory=RequestIdentity_)
+    status: ResponseStatus_ = field(default_factory=ResponseStatus_)
+
+
+@dataclass
+@annotate.final
+class Response_(idl.IdlStruct, typename="unitree_api.msg.dds_.Response_"):
+    header: ResponseHeader_ = field(default_factory=ResponseHeader_)
+    data: str = ""
+    binary: types.sequence[types.uint8] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------- binding

@@ -17,6 +17,8 @@ from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.ros_interface import TopicSpec
 
 PROFILES = ("ros2", "unitree")
+SPORT_MODE_POLICIES = ("release", "restore", "none")
+"""transport.dds.sport_mode values (robo_rl.deploy.transports.dds.motion_switcher)."""
 MAX_DOMAIN_ID = 232
 """Largest DDS domain id whose ports fit in 16 bits (7400 + 250 * id + offsets)."""
 
@@ -58,6 +60,10 @@ class DdsSettings:
     """ros2: end-effector position topic (default ee_position), used when the policy observes ee_pos."""
     command_topic: str | None = None
     """ros2: command topic (default: the command interface's); unitree: the DDS topic (default rt/lowcmd)."""
+    sport_mode: str = "release"
+    """unitree: the onboard sport-mode controller: `release` it through the motion switcher before control (refused,
+    one line, when it stays active), `restore` (release, then select the same mode again at exit) or `none` (a robot
+    or simulator bridge without a motion switcher)."""
 
     @classmethod
     def from_hardware(cls, hw: HardwareSpec, **overrides: Any) -> DdsSettings:
@@ -81,6 +87,9 @@ class DdsSettings:
         if self.profile not in PROFILES:
             raise ValueError(f"transport.dds.profile {self.profile!r}: allowed values are {', '.join(PROFILES)}")
         rm.check_command_interface(self.command_interface)
+        if self.sport_mode not in SPORT_MODE_POLICIES:
+            raise ValueError(f"transport.dds.sport_mode {self.sport_mode!r}: allowed values are "
+                             f"{', '.join(SPORT_MODE_POLICIES)}")
         if self.namespace and not self.namespace.startswith("/"):
             raise ValueError(f"transport.dds.namespace {self.namespace!r}: must be empty or start with '/'")
 

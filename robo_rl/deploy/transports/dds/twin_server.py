@@ -18,6 +18,7 @@ from robo_rl.deploy.robot import ConnectOptions, JointCommand, RobotInterface
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
+from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherService
 from robo_rl.deploy.transports.dds.settings import DdsSettings, check_domain_id
 from robo_rl.deploy.transports.sim import connect_twin
 
@@ -37,10 +38,15 @@ class DdsTwinServer:
         rate_hz: state publishing rate.
         base_twist: optional callable returning the ground-truth base (linear, angular) velocity in the base
             frame, published on `twin/base_twist` for evaluation (legged twins).
+        sport_mode: unitree profile: serve the motion switcher as a Go2 does, with this sport mode active at
+            start ("normal", "ai", "advanced"), "released", or "locked" (normal, refusing every release); while
+            a sport mode is active the twin ignores low-level commands (counted in `ignored`), as the onboard
+            controller would fight them. None: no motion switcher (a simulator bridge without one).
     """
 
     def __init__(self, robot: RobotInterface, hw: HardwareSpec, settings: DdsSettings, endpoint: DdsEndpoint, *,
-                 rate_hz: float = 200.0, base_twist: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None):
+                 rate_hz: float = 200.0, base_twist: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+                 sport_mode: str | None = None):
         if not (np.isfinite(rate_hz) and 0 < rate_hz <= 2000):
             raise ValueError(f"twin rate_hz = {rate_hz!r}: must be in (0, 2000]")
         self.robot = robot
@@ -53,7 +59,14 @@ class DdsTwinServer:
         self.rejected = 0
         self.last_error: str | None = None
         self.published = 0
+        self.ignored = 0
         self._base_twist = base_twist
+        self.motion_switcher: MotionSwitcherService | None = None
+        if sport_mode is not None:
+            if settings.profile != "unitree":
+                raise ValueError("--sport-mode: only a twin on the unitree profile serves the motion switcher")
+            mode = {"released": "", "locked": "normal"}.get(sport_mode, sport_mode)
+            self.motion_switcher = MotionSwitcherService(endpoint, mode, locked=sport_mode == "locked")
         topics = settings.state_topics()
         if settings.profile == "unitree":
             self._state_writers = {"low": endpoint.writer(topics["joints"], dt.LowState_, names.SENSOR_QOS)}
@@ -82,6 +95,9 @@ class DdsTwinServer:
         self._apply(cmd)
 
     def _on_low_cmd(self, msg: dt.LowCmd_, received: float) -> None:
+        if self.motion_switcher is not None and self.motion_switcher.active:
+            self.ignored += 1
+            return
         try:
             cmd = unitree.read_low_cmd(msg, self.hw)
         except ValueError as exc:
@@ -127,10 +143,16 @@ class DdsTwinServer:
 
 def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s: float | None,
                command_interface: str | None = None, physics_dt: float | None = None, latency_s: float = 0.0,
-               noise_std: float = 0.0, seed: int = 0, out: TextIO = sys.stdout) -> int:
-    """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied."""
+               noise_std: float = 0.0, seed: int = 0, sport_mode: str | None = "normal",
+               out: TextIO = sys.stdout) -> int:
+    """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied.
+
+    `sport_mode` (unitree profile; see DdsTwinServer) is ignored on the ros2 profile, whose robots have none.
+    """
     hw = load_hardware(find_asset(hardware_path, what="hardware file"))
     settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
+    if settings.profile != "unitree":
+        sport_mode = None
     robot = connect_twin(hw, ConnectOptions(control_dt=1.0 / hw.control_rate_hz, realtime=True, physics_dt=physics_dt,
                                             latency_s=latency_s, noise_std=noise_std, seed=seed))
     try:
@@ -141,15 +163,16 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
     stop = threading.Event()
     try:
         server = DdsTwinServer(robot, hw, settings, endpoint, rate_hz=rate_hz,
-                               base_twist=robot.base_twist if robot.floating else None)
+                               base_twist=robot.base_twist if robot.floating else None, sport_mode=sport_mode)
     except BaseException:
         robot.close()
         endpoint.close()
         raise
     try:
         topics = settings.state_topics()
+        sport = f", sport mode {sport_mode}" if sport_mode is not None else ""  # at start (deploy may release it now)
         print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz, "
-              f"commands on {settings.command_topic_name()}; Ctrl-C stops", file=out, flush=True)
+              f"commands on {settings.command_topic_name()}{sport}; Ctrl-C stops", file=out, flush=True)
         server.serve(stop, duration_s)
     except KeyboardInterrupt:
         pass
@@ -157,6 +180,7 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
         stop.set()
         robot.close()
         endpoint.close()
+    ignored = f", {server.ignored} ignored while the sport mode was active" if server.ignored else ""
     print(f"twin stopped: {server.commands} commands applied, {server.rejected} rejected"
-          f"{' (last: ' + server.last_error + ')' if server.last_error else ''}", file=out, flush=True)
+          f"{' (last: ' + server.last_error + ')' if server.last_error else ''}{ignored}", file=out, flush=True)
     return server.commands

@@ -86,10 +86,12 @@ def walk(session, commands, seconds):
     """Ramp the twin to POLICY, then walk each command for `seconds`; (estimate, truth) (T, 3) base frame per tick."""
     c, twin = session.controller, session.robot
     c.request_ramp()
-    while c.mode is not Mode.POLICY:
+    for _ in range(500):  # RAMP takes 2 s: 100 ticks
         c.tick(twin.time)  # fast mode: the clock is simulation time
         if c.mode is Mode.READY:
             session.start()
+            break
+    assert c.mode is Mode.POLICY, c.status_line()
     estimates, truth = [], []
     for command in commands:
         session.policy.commands["velocity_command"] = np.array(command, dtype=float)
@@ -132,7 +134,9 @@ def test_velocity_tracking_reward_runs_on_the_twin_with_the_estimator():
     twin = make_robot("sim", runtime.hw, contract.policy_dt, realtime=False, physics_dt=contract.physics_dt)
     c = runtime.attach(twin)
     c.request_ramp()
-    while c.mode is not Mode.READY:
+    for _ in range(500):
+        if c.mode is Mode.READY:
+            break
         c.tick(twin.time)
     ok, message = runtime.start()
     assert ok, message

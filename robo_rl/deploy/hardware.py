@@ -49,6 +49,44 @@ class SafetyConfig:
     the tolerance covers encoder noise and short transients. Safe range [1, 1.5]."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class BaseVelocityConfig:
+    """The base linear-velocity estimator of a legged robot (`robo_rl.deploy.estimation.BaseVelocityEstimator`):
+    a Kalman filter on the base velocity, predicted with the accelerometer and corrected by the leg kinematics
+    of every foot in stance. Every value is a finite number > 0; the defaults are tuned on the Go2 twin
+    (tests/deploy/test_estimation.py)."""
+
+    contact_threshold_n: float = 20.0
+    """A foot is in stance (and measures the base velocity) while its reported force exceeds this (N; the Go2's
+    foot_force as the robot reports it: check the threshold against a standing robot's readings)."""
+    accel_noise: float = 0.2
+    """Process noise: white-noise density of the accelerometer-integrated velocity (m/s^2 per sqrt(Hz)); the
+    velocity's variance grows by accel_noise^2 * dt per prediction. Raise it for a noisy or biased IMU."""
+    leg_velocity_noise: float = 0.1
+    """Measurement noise: standard deviation of one stance foot's kinematic base velocity (m/s): joint velocity
+    noise, small slips."""
+    outlier_gate: float = 7.8
+    """A stance foot whose measurement lies further than this squared Mahalanobis distance from the prediction is
+    slipping, landing or lifting off, and is ignored (7.8: the 95 % point of a chi-square with 3 degrees of
+    freedom)."""
+    outlier_timeout_s: float = 0.1
+    """When every stance foot has been ignored for this long (s), the filter starts afresh from the legs (the
+    prediction, not the legs, went wrong)."""
+    initial_velocity_std: float = 1.0
+    """Standard deviation of the first estimate (m/s) when no foot is in stance at the first reading."""
+    max_dt_s: float = 0.1
+    """A gap between two state stamps is clipped to this (s) before it is integrated (a stall is the watchdog's
+    business; the estimate must not jump)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EstimatorConfig:
+    """State estimators the deploy core runs on the robot side (the hardware file's optional `estimator`)."""
+
+    base_velocity: BaseVelocityConfig | None = None
+    """Legged robots with `feet`: fill `RobotState.base_lin_vel` when the robot does not report it; None: off."""
+
+
 def safe_range(key: str) -> tuple[float, float, bool]:
     """(low, high, low included) of SafetyConfig field `key`; high is always included."""
     return SafetyConfig.__dataclass_fields__[key].metadata["safe_range"]
@@ -83,7 +121,12 @@ class HardwareSpec:
     """Rate of the policy loop; must match the contract's 1 / policy_dt."""
     quaternion_order: str = "wxyz"
     """Order in which the robot reports its IMU quaternion."""
+    feet: tuple[str, ...] | None = None
+    """Legged robots: the feet in the order the robot reports their contact forces (`RobotState.foot_force`), as
+    leg prefixes of the model's names (`<foot>_foot_site`, `<foot>_foot_touch`); None for arms."""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
+    """Optional state estimators (legged robots only)."""
     transport: dict[str, Any] = field(default_factory=dict)
     """Transport settings (topics, interfaces); read by the transport that is chosen."""
 
@@ -118,6 +161,51 @@ def _vector(raw: dict[str, Any], key: str, n: int, path: str, *, positive: bool 
     if nonnegative and np.any(arr < 0):
         raise ValueError(f"{path}: {key} = {value}: every entry must be >= 0")
     return arr
+
+
+def _feet(raw: dict[str, Any], kind: str, path: Path) -> tuple[str, ...] | None:
+    """The `feet` list: None when absent; ValueError (one line) when malformed or on an arm."""
+    feet = raw.get("feet")
+    if feet is None:
+        return None
+    if kind != "legged":
+        raise ValueError(f"{path}: feet is for kind: legged robots, not kind: {kind}")
+    if not isinstance(feet, list) or not feet or not all(isinstance(f, str) and f for f in feet):
+        raise ValueError(f"{path}: feet must be a non-empty list of names (e.g. [FR, FL, RR, RL])")
+    dupes = sorted({f for f in feet if feet.count(f) > 1})
+    if dupes:
+        raise ValueError(f"{path}: feet lists {', '.join(dupes)} more than once")
+    return tuple(feet)
+
+
+def _estimator(raw: dict[str, Any], kind: str, feet: tuple[str, ...] | None, path: Path) -> EstimatorConfig:
+    """The `estimator` section; ValueError (one line) naming the bad key or value."""
+    section = raw.get("estimator")
+    if section is None:
+        return EstimatorConfig()
+    if not isinstance(section, dict):
+        raise ValueError(f"{path}: estimator must be a mapping (e.g. {{base_velocity: {{contact_threshold_n: 20}}}})")
+    unknown = sorted(set(section) - set(EstimatorConfig.__dataclass_fields__))
+    if unknown:
+        raise ValueError(f"{path}: unknown estimator key(s) {', '.join(unknown)}; valid keys: "
+                         f"{', '.join(EstimatorConfig.__dataclass_fields__)}")
+    base = section.get("base_velocity")
+    if base is None:
+        return EstimatorConfig()
+    if kind != "legged" or feet is None:
+        raise ValueError(f"{path}: estimator.base_velocity needs a legged robot with feet (kind: legged and a "
+                         f"feet list)")
+    if not isinstance(base, dict):
+        raise ValueError(f"{path}: estimator.base_velocity must be a mapping ({{}} for the defaults)")
+    known = BaseVelocityConfig.__dataclass_fields__
+    unknown = sorted(set(base) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown estimator.base_velocity key(s) {', '.join(unknown)}; valid keys: "
+                         f"{', '.join(known)}")
+    for key, value in base.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{path}: estimator.base_velocity.{key} = {value!r}: must be a finite number > 0")
+    return EstimatorConfig(base_velocity=BaseVelocityConfig(**{k: float(v) for k, v in base.items()}))
 
 
 def _check_safety(safety: SafetyConfig, kind: str, kd_max: np.ndarray, path: Path, allow_unsafe: bool,
@@ -163,7 +251,8 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
 
     Refuses (ValueError, one line naming the field): unknown keys, malformed joint arrays, non-finite
     numbers, limits not positive, gains negative or above kp_max / kd_max, a legged robot without
-    `safety.max_tilt_rad`, and any safety value outside the safe range its SafetyConfig field states.
+    `safety.max_tilt_rad`, any safety value outside the safe range its SafetyConfig field states, `feet` on an
+    arm or malformed, and an `estimator` section that is malformed or (base_velocity) on a robot without feet.
 
     Args:
         path: the YAML file.
@@ -216,6 +305,8 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
     kp_max = _vector(raw, "kp_max", n, str(p), positive=True)
     kd_max = _vector(raw, "kd_max", n, str(p), positive=True)
     _check_safety(safety, kind, kd_max, p, allow_unsafe, warn or _print_warning)
+    feet = _feet(raw, kind, p)
+    estimator = _estimator(raw, kind, feet, p)
 
     spec = HardwareSpec(
         robot=str(raw.get("robot", p.stem)),
@@ -231,7 +322,9 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
         kd_max=kd_max,
         control_rate_hz=float(rate),
         quaternion_order=quat,
+        feet=feet,
         safety=safety,
+        estimator=estimator,
         transport=dict(raw.get("transport") or {}),
     )
     bad = [spec.joint_names[i] for i in np.flatnonzero(spec.joint_lower >= spec.joint_upper)]

@@ -24,7 +24,12 @@ class RobotState:
         q, dq, tau: (J,) joint positions (rad), velocities (rad/s), measured torques (N m).
         imu_quat: (4,) base orientation (w, x, y, z) in the world, or None for fixed-base robots.
         imu_gyro: (3,) base angular velocity in the base frame (rad/s), or None.
-        base_lin_vel: (3,) base linear velocity in the base frame if an estimator provides it.
+        imu_acc: (3,) accelerometer reading in the base frame (m/s^2): the specific force, acceleration minus
+            gravity (a robot at rest reads about +9.81 along the base's up axis), or None if the robot reports none.
+        foot_force: (F,) contact normal force of each foot (N; the robot's own units on hardware whose foot sensors
+            are uncalibrated) in the hardware file's `feet` order, or None if the robot reports none.
+        base_lin_vel: (3,) base linear velocity in the base frame if the robot or an estimator provides it
+            (`robo_rl.deploy.estimation` fills it from imu_acc, foot_force and the leg kinematics).
         ee_pos: (3,) end-effector position in the robot base frame, for arms.
         object_pos: (3,) position of the object being manipulated in the robot base frame (from perception,
             or the sim twin's model), for arms that manipulate.
@@ -39,6 +44,8 @@ class RobotState:
     tau: np.ndarray | None = None
     imu_quat: np.ndarray | None = None
     imu_gyro: np.ndarray | None = None
+    imu_acc: np.ndarray | None = None
+    foot_force: np.ndarray | None = None
     base_lin_vel: np.ndarray | None = None
     ee_pos: np.ndarray | None = None
     object_pos: np.ndarray | None = None

@@ -380,7 +380,8 @@ class StateAssembler:
         self._clock = clock
         self._lock = threading.Lock()
         self._joints: tuple | None = None  # (names, q, dq, tau, stamp, received)
-        self._imu: tuple | None = None  # (quat, gyro, received)
+        self._imu: tuple | None = None  # (quat, gyro, received, acc or None)
+        self._foot_force: np.ndarray | None = None  # (F,) with the joints (a vendor's low-level state)
         self._ee: tuple | None = None  # (position, received)
         self.received_count: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
@@ -398,11 +399,18 @@ class StateAssembler:
             self._joints = (names, q, dq, tau, stamp, self._clock() if received is None else received)
             self.received_count["joint_states"] += 1
 
-    def set_imu(self, quat: np.ndarray, gyro: np.ndarray, received: float | None = None) -> None:
-        """Store an IMU reading: quaternion (4,) in the hardware's order, gyro (3,) base frame."""
+    def set_imu(self, quat: np.ndarray, gyro: np.ndarray, received: float | None = None, *,
+                acc: np.ndarray | None = None) -> None:
+        """Store an IMU reading: quaternion (4,) in the hardware's order, gyro (3,) and accelerometer (3,) (if the
+        robot reports it) in the base frame."""
         with self._lock:
-            self._imu = (quat, gyro, self._clock() if received is None else received)
+            self._imu = (quat, gyro, self._clock() if received is None else received, acc)
             self.received_count["imu"] += 1
+
+    def set_foot_force(self, force: np.ndarray) -> None:
+        """Store the foot contact forces (F,) that came with the joints (hardware `feet` order)."""
+        with self._lock:
+            self._foot_force = force
 
     def on_joint_state(self, msg: Any, received: float | None = None) -> None:
         try:
@@ -433,7 +441,7 @@ class StateAssembler:
     def latest(self) -> RobotState | None:
         """The newest complete state, or None until every required part has arrived once."""
         with self._lock:
-            joints, imu, ee = self._joints, self._imu, self._ee
+            joints, imu, ee, foot_force = self._joints, self._imu, self._ee, self._foot_force
         if joints is None or (self.needs_imu and imu is None) or (self.needs_ee and ee is None):
             return None
         names, q, dq, tau, stamp, received = joints
@@ -444,5 +452,6 @@ class StateAssembler:
         return RobotState(
             stamp=stamp, received=received, joint_names=names, q=q, dq=dq, tau=tau,
             imu_quat=None if imu is None else imu[0], imu_gyro=None if imu is None else imu[1],
+            imu_acc=None if imu is None else imu[3], foot_force=foot_force,
             ee_pos=None if ee is None else ee[0],
         )

@@ -8,7 +8,8 @@ the controller by hand) and the rclpy lifecycle node in ros_ws (`robo_rl_ros.pol
 subscriptions, services and keys into its method calls.
 
 Lifecycle (as a ROS 2 lifecycle node's):
-    configure  load the ONNX policy and check its contract against the hardware file (nothing moves)
+    configure  load the ONNX policy and check its contract against the hardware file (nothing moves); build the
+               state estimator the hardware file configures (robo_rl.deploy.estimation: base_lin_vel on legged robots)
     activate   needs fresh state from the robot, then starts the control loop on its own thread
                (absolute deadlines, not a ROS timer) and ramps to the default pose (RAMP -> READY)
     deactivate DAMP, a last damping command, loop stopped
@@ -42,6 +43,7 @@ import numpy as np
 
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller, check_realtime_priority
+from robo_rl.deploy.estimation import BaseVelocityEstimator, EstimatingRobot, make_base_velocity_estimator
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.reset_modules import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
@@ -214,6 +216,7 @@ class PolicyRuntime:
         self.robot: RobotInterface | None = None
         self.tracker: EpisodeTracker | None = None
         self.reset_module = None
+        self.estimator: BaseVelocityEstimator | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.events: list[EpisodeEvent] = []  # the last events, for status and tests (bounded)
@@ -237,6 +240,7 @@ class PolicyRuntime:
                                                instruction=instruction)
         self.reset_module = make_reset(c.reset_module, self.hw)
         self.tracker = EpisodeTracker(make_reward(c.rewards, self.hw), self._emit)
+        self.estimator = make_base_velocity_estimator(self.hw, warn or self._warn)  # None unless the file has one
 
     def activate(self, robot: RobotInterface) -> RobotState:
         """Wait for fresh state, then run the loop on its own thread and ramp to the default pose.
@@ -265,13 +269,17 @@ class PolicyRuntime:
     def attach(self, robot: RobotInterface) -> Controller:
         """Build the Controller (safety filter, state machine, loop) over `robot`, in PASSIVE, not running.
 
-        `activate` runs it on its own thread; `open_session` hands it out to be stepped by hand.
+        `activate` runs it on its own thread; `open_session` hands it out to be stepped by hand. With a base
+        velocity estimator configured (hardware `estimator.base_velocity`) the controller reads the robot through
+        an `EstimatingRobot` (a fresh estimate), so every state it sees carries base_lin_vel, on every transport;
+        `self.robot` stays the robot as connected.
         """
         if not self.configured:
             raise ValueError("attach before configure: no policy loaded")
         hw = self.hw
         self.robot = robot
-        target = DryRunRobot(robot) if self.config.dry_run else robot
+        target = robot if self.estimator is None else EstimatingRobot(robot, self.estimator, warn=self._warn)
+        target = DryRunRobot(target) if self.config.dry_run else target
         c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock,
                        realtime_priority=self.config.realtime_priority if self._clock is time.monotonic else 0)
         c.on_tick = self._on_tick
@@ -302,7 +310,7 @@ class PolicyRuntime:
     def cleanup(self) -> None:
         """Deactivate if needed and forget the policy."""
         self.deactivate()
-        self.controller = self.robot = self.policy = self.hw = self.tracker = None
+        self.controller = self.robot = self.policy = self.hw = self.tracker = self.estimator = None
 
     # ------------------------------------------------------------------------------------------- operator
     def request(self, word: str) -> tuple[bool, str]:

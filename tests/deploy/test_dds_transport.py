@@ -67,6 +67,7 @@ def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_doma
             assert state.ee_pos is not None and state.imu_quat is None
         else:
             assert state.imu_quat is not None and abs(np.linalg.norm(state.imu_quat) - 1) < 1e-5
+            assert state.imu_acc.shape == (3,) and state.foot_force.shape == (4,)  # the estimator's inputs
         target = state.q.copy()
         target[0] += 0.1
         for _ in range(25):

@@ -162,13 +162,16 @@ def test_state_round_trip():
     quat = rng.normal(size=4)
     state = RobotState(stamp=12.345, received=0.0, joint_names=GO2.joint_names, q=rng.normal(size=n),
                        dq=rng.normal(size=n), tau=rng.normal(size=n), imu_quat=quat / np.linalg.norm(quat),
-                       imu_gyro=rng.normal(size=3))
+                       imu_gyro=rng.normal(size=3), imu_acc=rng.normal(size=3) + [0, 0, 9.81],
+                       foot_force=np.array([61.4, 0.2, -3.6, 1e6]))
     wire = dt.LowState_.deserialize(unitree.low_state_message(state, GO2).serialize())
-    q, dq, tau, quat_back, gyro, stamp = unitree.read_low_state(wire, GO2)
-    np.testing.assert_allclose(q, state.q, atol=1e-6)
-    np.testing.assert_allclose(quat_back, state.imu_quat, atol=1e-6)
-    np.testing.assert_allclose(gyro, state.imu_gyro, atol=1e-6)
-    assert stamp == pytest.approx(12.345)
+    got = unitree.read_low_state(wire, GO2)
+    np.testing.assert_allclose(got.q, state.q, atol=1e-6)
+    np.testing.assert_allclose(got.quat, state.imu_quat, atol=1e-6)
+    np.testing.assert_allclose(got.gyro, state.imu_gyro, atol=1e-6)
+    np.testing.assert_allclose(got.acc, state.imu_acc, atol=1e-5)
+    np.testing.assert_array_equal(got.foot_force, [61, 0, -4, 32767])  # whole newtons, clipped to int16
+    assert got.stamp == pytest.approx(12.345)
     wire.tick += 1
     with pytest.raises(ValueError, match="lowstate CRC mismatch"):
         unitree.read_low_state(wire, GO2)

@@ -235,7 +235,8 @@ def test_unsafe_override_is_explicit_and_loud(tmp_path):
 
 def test_arm_kind_on_a_legged_robot_is_refused(tmp_path, monkeypatch):
     never_connect(monkeypatch)
-    path = edited_hardware(tmp_path, lambda r: r.update(kind="arm"))
+    # feet and the estimator are for legged robots (load_hardware refuses them on an arm): gone, like the IMU
+    path = edited_hardware(tmp_path, lambda r: (r.update(kind="arm"), r.pop("feet"), r.pop("estimator")))
     with pytest.raises(ValueError, match="term 'base_ang_vel' needs an IMU on a floating base, but hardware 'go2' "
                                          "is kind 'arm'"):
         open_session(GO2_POLICY, path, realtime=False)

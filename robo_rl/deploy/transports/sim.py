@@ -33,6 +33,11 @@ from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, JointCommand, Robot
 class SimRobot:
     """MuJoCo twin implementing RobotInterface.
 
+    A floating-base twin reports its accelerometer `imu_acc` (an `accelerometer` sensor of that name) and, for a
+    hardware file with `feet`, each foot's contact force (the `touch` sensors `<foot>_foot_touch`, in `feet`
+    order), when the model has them. It never reports its true base velocity (`base_lin_vel`): the deploy core's
+    estimator fills that, as on the robot (`base_twist` is the ground truth, for evaluation).
+
     Args:
         model_path: MJCF of the robot (the training scene).
         hw: the hardware description: joint names (robot order) and quaternion order reported.
@@ -114,6 +119,8 @@ class SimRobot:
             raise ValueError(f"sim model {model_path} has {base} but hardware {hw.robot!r} is kind {hw.kind!r}")
         ee = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_SENSOR, "ee_pos")
         self._ee = slice(m.sensor_adr[ee], m.sensor_adr[ee] + 3) if ee >= 0 else None
+        self._acc = sensor_slice(m, "imu_acc", mujoco.mjtSensor.mjSENS_ACCELEROMETER) if self.floating else None
+        self._feet = foot_touch_index(m, hw.feet) if self.floating and hw.feet else None
         self._object: tuple[int, int] | None = None  # (qpos, qvel) address of the object's free joint
         if object_body is not None:
             body = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_BODY, object_body)
@@ -158,6 +165,8 @@ class SimRobot:
                 tau=d.actuator_force[self.aid].copy(),
                 imu_quat=quat,
                 imu_gyro=gyro,
+                imu_acc=d.sensordata[self._acc].copy() if self._acc is not None else None,
+                foot_force=d.sensordata[self._feet].copy() if self._feet is not None else None,
                 ee_pos=d.sensordata[self._ee].copy() if self._ee is not None else None,
                 object_pos=d.qpos[self._object[0]:self._object[0] + 3].copy() if self._object else None,
                 images=self.cameras.frames(d) if self.cameras is not None else {},
@@ -259,6 +268,27 @@ class SimRobot:
         rot = np.empty(9)
         self._mj.mju_quat2Mat(rot, quat)
         return rot.reshape(3, 3).T @ lin_w, ang_b
+
+
+def sensor_slice(model, name: str, kind) -> slice | None:
+    """Where sensor `name` of type `kind` (an mjtSensor) lies in sensordata; None when the model has none such."""
+    import mujoco
+
+    i = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)
+    if i < 0 or model.sensor_type[i] != kind:
+        return None
+    return slice(int(model.sensor_adr[i]), int(model.sensor_adr[i] + model.sensor_dim[i]))
+
+
+def foot_touch_index(model, feet: tuple[str, ...]) -> np.ndarray | None:
+    """(F,) sensordata index of the touch sensor `<foot>_foot_touch` of each foot, in `feet` order (the robot's
+    foot_force order); None unless the model has all of them."""
+    import mujoco
+
+    found = [sensor_slice(model, f"{foot}_foot_touch", mujoco.mjtSensor.mjSENS_TOUCH) for foot in feet]
+    if any(s is None for s in found):
+        return None
+    return np.array([s.start for s in found], dtype=np.int64)
 
 
 class TwinCameras:

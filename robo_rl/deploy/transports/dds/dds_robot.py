@@ -88,14 +88,15 @@ class DdsRobot:
 
     def _on_low_state(self, msg: dt.LowState_, received: float) -> None:
         try:
-            q, dq, tau, quat, gyro, stamp = unitree.read_low_state(msg, self.hw)
+            q, dq, tau, quat, gyro, acc, foot_force, stamp = unitree.read_low_state(msg, self.hw)
         except ValueError as exc:
             self.state._reject("lowstate", exc)
             return
         if self.hw.quaternion_order == "xyzw":
             quat = np.array([quat[1], quat[2], quat[3], quat[0]])
         self.state.set_joints(self.hw.joint_names, q, dq, tau, stamp, received)
-        self.state.set_imu(quat, gyro, received)
+        self.state.set_imu(quat, gyro, received, acc=acc)
+        self.state.set_foot_force(foot_force)
 
     def poll(self) -> None:
         """Take the newest sample of every state topic into the assembler (thread-safe)."""

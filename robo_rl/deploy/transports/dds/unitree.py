@@ -15,6 +15,7 @@ import functools
 import struct
 import typing
 import zlib
+from typing import NamedTuple
 
 import cyclonedds.idl as idl
 import cyclonedds.idl.types as idl_types
@@ -29,6 +30,8 @@ LOW_LEVEL_FLAG = 0xFF
 SERVO_MODE = 0x01
 TICK_S = 1e-3
 """LowState_.tick unit (s)."""
+FOOT_FORCE_RANGE = (-(2**15), 2**15 - 1)
+"""LowState_.foot_force is int16: what a twin's forces (N) are rounded and clipped into."""
 
 _C_SCALARS = {"uint8": ("B", 1), "int8": ("b", 1), "uint16": ("H", 2), "int16": ("h", 2), "uint32": ("I", 4),
               "int32": ("i", 4), "float32": ("f", 4), "uint64": ("Q", 8), "int64": ("q", 8), "float64": ("d", 8)}
@@ -175,7 +178,11 @@ def read_low_cmd(msg: LowCmd_, hw: HardwareSpec) -> JointCommand:
 
 
 def low_state_message(state: RobotState, hw: HardwareSpec) -> LowState_:
-    """LowState_ of a twin's state (joints in hardware order, IMU in wxyz), tick from its stamp, CRC set."""
+    """LowState_ of a twin's state (joints in hardware order, IMU in wxyz), tick from its stamp, CRC set.
+
+    The accelerometer goes into imu_state.accelerometer and the foot forces (hardware `feet` order, the SDK's)
+    into foot_force, rounded to whole newtons and clipped to int16, when the state has them.
+    """
     n = _check_joints(hw)
     msg = LowState_(head=list(COMMAND_HEAD), level_flag=LOW_LEVEL_FLAG)
     tau = state.tau if state.tau is not None else np.zeros(n)
@@ -187,14 +194,41 @@ def low_state_message(state: RobotState, hw: HardwareSpec) -> LowState_:
         msg.imu_state.quaternion = [float(v) for v in state.imu_quat]
     if state.imu_gyro is not None:
         msg.imu_state.gyroscope = [float(v) for v in state.imu_gyro]
+    if state.imu_acc is not None:
+        msg.imu_state.accelerometer = [float(v) for v in state.imu_acc]
+    if state.foot_force is not None:
+        force = np.clip(np.rint(np.asarray(state.foot_force, dtype=np.float64)), *FOOT_FORCE_RANGE)
+        if len(force) > len(msg.foot_force):
+            raise ValueError(f"{len(force)} foot forces; unitree_go LowState_ holds {len(msg.foot_force)}")
+        msg.foot_force[:len(force)] = [int(v) for v in force]
     msg.tick = int(round(state.stamp / TICK_S)) % 2**32
     msg.crc = unitree_crc(msg)
     return msg
 
 
-def read_low_state(msg: LowState_, hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                              np.ndarray, float]:
-    """(q, dq, tau, quat (4,) wxyz, gyro (3,), stamp) of a LowState_, joints in hardware order.
+class LowStateReading(NamedTuple):
+    """What a LowState_ reports, joints in hardware order."""
+
+    q: np.ndarray
+    """(J,) joint positions (rad)."""
+    dq: np.ndarray
+    """(J,) joint velocities (rad/s)."""
+    tau: np.ndarray
+    """(J,) estimated joint torques (N m)."""
+    quat: np.ndarray
+    """(4,) IMU quaternion (w, x, y, z)."""
+    gyro: np.ndarray
+    """(3,) base angular velocity (rad/s), base frame."""
+    acc: np.ndarray
+    """(3,) accelerometer (m/s^2), base frame."""
+    foot_force: np.ndarray
+    """(4,) foot contact forces in the SDK's foot order (FR, FL, RR, RL), as the robot reports them."""
+    stamp: float
+    """tick in seconds."""
+
+
+def read_low_state(msg: LowState_, hw: HardwareSpec) -> LowStateReading:
+    """The joints (hardware order), IMU, foot forces and stamp of a LowState_.
 
     Raises:
         ValueError: wrong CRC (a corrupted or foreign message must not reach the controller).
@@ -206,4 +240,7 @@ def read_low_state(msg: LowState_, hw: HardwareSpec) -> tuple[np.ndarray, np.nda
     arr = np.array([(m.q, m.dq, m.tau_est) for m in msg.motor_state[:n]], dtype=np.float64)  # (J, 3)
     quat = np.array(msg.imu_state.quaternion, dtype=np.float64)
     gyro = np.array(msg.imu_state.gyroscope, dtype=np.float64)
-    return arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), quat, gyro, msg.tick * TICK_S
+    acc = np.array(msg.imu_state.accelerometer, dtype=np.float64)
+    foot_force = np.array(msg.foot_force, dtype=np.float64)
+    return LowStateReading(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), quat, gyro, acc, foot_force,
+                           msg.tick * TICK_S)

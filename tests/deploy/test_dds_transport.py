@@ -328,7 +328,8 @@ def test_go2_walk_over_dds_between_two_processes(dds_domain, tmp_path):
     twin = start_twin(str(hardware), dds_domain, log=tmp_path / "twin.log")
     deploy = probe = None
     try:
-        deploy, probe = _deploy_and_start(dds_domain, "go2_walk", "go2", tmp_path, via="stdin", hardware=str(hardware))
+        deploy, probe = _deploy_and_start(dds_domain, "go2_walk", "go2", tmp_path, "--reward", "velocity_tracking",
+                                          via="stdin", hardware=str(hardware))
         trained = json.loads((REPO / "policies" / "go2_walk.json").read_text())["extra"]["train_eval"]
         errors = []
         for command in ((0.6, 0.0, 0.0), (0.3, -0.2, 0.4)):
@@ -343,6 +344,9 @@ def test_go2_walk_over_dds_between_two_processes(dds_domain, tmp_path):
         print(f"go2 walk over DDS: {deployed:.4f} m/s (trained {trained['lin_vel_error']:.4f} m/s)")
         assert deployed < trained["lin_vel_error"] + 0.1, \
             (deployed, probe.mode(), (tmp_path / "deploy.log").read_text()[-2000:])
+        # velocity_tracking scored every tick from the robot-side base velocity estimate (lowstate's IMU and feet)
+        diagnostics = rm.read_diagnostics(probe.latest("rt/diagnostics"))
+        assert diagnostics["mode"] == "POLICY" and diagnostics["hook_errors"] == "0", diagnostics
         _finish(deploy, None, tmp_path)
         assert MotionSwitcherClient(probe.endpoint, timeout_s=5.0).check_mode() == "normal"  # restored at exit
         stop_process(twin)

@@ -238,6 +238,10 @@ class PolicyStep:
         self._state_to_robot = np.zeros(0, dtype=np.int64)
         self.inputs = PolicyInputs(policy.contract.inputs, policy.path)
         """A VLA's camera frames and instruction (`set_instruction`); empty for every other policy."""
+        self.external: np.ndarray | None = None
+        """(A,) raw actions for the next tick from outside the ONNX policy (a learner stepping `RobotEnv`, an
+        operator taking over), in the policy's action space; consumed by that tick. The caller then builds each
+        observation itself (`observe`), once per tick, so histories advance as in training."""
 
     def set_command(self, name: str, value: object) -> np.ndarray:
         """Change one operator input; returns the value used (clamped to the trained range, with a warning).
@@ -253,14 +257,26 @@ class PolicyStep:
         self.inputs.set_instruction(text)
 
     def reset(self) -> None:
-        self.last_action[:] = 0.0
+        self.external = None
+        self.last_action = np.zeros(self.policy.contract.action_dim, dtype=np.float32)
         self.builder.reset()
         self.action_map.reset()
         self._chunk_pos = self.chunk  # the next tick infers a new chunk
 
-    def __call__(self, state: RobotState) -> np.ndarray:
+    def observe(self, state: RobotState) -> np.ndarray:
+        """The policy's observation (O,) of `state`, built as in training (advances the observation histories;
+        kept as `last_obs`). Once per tick: `__call__` calls it, or whoever supplies `external` actions does."""
         obs = self.builder.build(state, commands=self.commands, action=self.last_action)
         self.last_obs = obs
+        return obs
+
+    def __call__(self, state: RobotState) -> np.ndarray:
+        """Joint position targets (J,) in the robot's order for `state`: the ONNX policy's actions, or the
+        `external` actions when someone set them (consumed once)."""
+        if self.external is not None:
+            actions, self.external = np.asarray(self.external, dtype=np.float32), None
+            return self.targets(actions, state)
+        obs = self.observe(state)
         if self.chunk == 1:
             actions, _ = self.policy(obs, self.inputs(state.images))
         else:
@@ -269,6 +285,11 @@ class PolicyStep:
                 self._chunk_pos = 0
             actions = self._chunk[self._chunk_pos]
             self._chunk_pos += 1
+        return self.targets(actions, state)
+
+    def targets(self, actions: np.ndarray, state: RobotState) -> np.ndarray:
+        """Joint position targets (J,) in the robot's order of raw policy `actions` (A,) at `state`; the joints the
+        policy does not drive hold their position. Remembers `actions` as the observation's last action."""
         self.last_action = actions
         targets = self.action_map(actions, state.q[self.builder.policy_index(state.joint_names)])  # (J,) policy order
         if state.joint_names != self._state_names:  # joint order of the state, resolved by name once

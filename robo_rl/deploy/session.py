@@ -107,7 +107,8 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
                  warn: Callable[[str], None] | None = None,
                  wrap_robot: Callable[[RobotInterface], RobotInterface] | None = None, domain_id: int = 0,
                  command_interface: str | None = None, realtime_priority: int = REALTIME_PRIORITY,
-                 instruction: str | None = None, scene: str | None = None) -> PolicyRuntime:
+                 instruction: str | None = None, scene: str | None = None, rewards: tuple[str, ...] = (),
+                 reset_module: str = "home") -> PolicyRuntime:
     """Load, cross-check and connect, and build the controller (in PASSIVE, not running): a PolicyRuntime whose
     `controller` the caller steps (`tick`) or runs itself; `.hw`, `.policy` and `.robot` are what was loaded.
 
@@ -125,6 +126,7 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
             Controller); used only with `realtime`.
         instruction: the text a policy that follows instructions (a VLA) follows.
         scene: the sim twin's MJCF instead of the hardware file's (e.g. envs/panda_pick_vision.xml).
+        rewards, reset_module: the reward modules scored every POLICY tick and the reset module (RuntimeConfig).
 
     With `realtime=False` (rehearsal transports only) the robot advances one control period per command and
     the controller's clock is the simulation time: a rehearsal as fast as the CPU allows.
@@ -132,7 +134,7 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     say = warn or (lambda line: print(f"warning: {line}", file=sys.stderr, flush=True))
     config = RuntimeConfig(policy_path=str(policy_path), hardware_config=str(hardware_path),
                            command_interface=command_interface, allow_unsafe_hardware=allow_unsafe_hardware,
-                           realtime_priority=realtime_priority)
+                           realtime_priority=realtime_priority, rewards=tuple(rewards), reset_module=reset_module)
     holder: dict[str, Any] = {}
     clock = time.monotonic if realtime else (lambda: holder["robot"].time)  # robot.time: rehearsal transports
     runtime = PolicyRuntime(config, log=say, warn=say, clock=clock)

@@ -1,0 +1,211 @@
+"""RobotEnv: a robot, through the deploy core, as a gymnasium env (the sim twin, the twin over DDS, a real robot).
+
+What a learner on the robot sees. The env is the deploy core stepped by hand: `open_session` loads a policy
+contract (an exported ONNX file: it fixes the observations, the actions and how they become joint targets) and
+connects the robot through its transport; every `step`
+
+    sets the learner's raw actions (A,) as the policy's `external` actions,
+    runs one control tick (state machine, the safety filter on the command, send),
+    reads the robot's next state and builds the contract's observation from it (camera frames too),
+    scores it with the reward modules (success / failure end the episode),
+
+and `reset` runs the reset module (home, random, operator) and starts a new episode (operator commands such as the
+reach target or the velocity command are drawn from their trained ranges when `sample_commands`). A safety fault
+(DAMP, ESTOP) ends the episode as a failure, with the reason in `info["fault"]`; the next `reset` ramps again
+from DAMP, and refuses (RuntimeError, one line) in a latched ESTOP, which only an operator releases.
+
+Timing: on a rehearsal transport (`realtime=False`, the sim twin) each step advances one control period of
+simulated time, as fast as the CPU allows. On a real-time transport the env keeps the control rate: `step` waits
+for the next tick's deadline (a caller slower than one period makes late ticks, counted in
+`controller.stats()["missed_ticks"]`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from robo_rl.deploy.reset_modules import ResetError, run_reset
+from robo_rl.deploy.session import camera_options, open_session
+from robo_rl.deploy.state_machine import Mode
+
+ENV_ID = "robo_rl/Robot-v0"
+"""`gymnasium.make(ENV_ID, policy_path=..., hardware_path=..., ...)` builds a RobotEnv (registered on import)."""
+RAMP_TIMEOUT_S = 30.0
+"""Longest a ramp to READY may take before `reset` gives up (robot time)."""
+
+
+class RobotEnv(gym.Env):
+    """A robot as a gymnasium env through the deploy core (see the module docstring).
+
+    Args:
+        policy_path: an exported policy whose contract the env follows (observations, actions, rate, gains).
+        hardware_path: the robot's hardware file.
+        transport: a registered transport (`sim`, `dds`, ...).
+        realtime: False steps a rehearsal transport in simulated time; True keeps wall-clock control periods.
+        rewards: reward modules scored on every next state (robo_rl.deploy.reward_modules.REWARD_MODULES).
+        reset_module: run by `reset` (home, random, operator); None: none, the pose READY holds after the ramp
+            starts each episode (a legged robot standing on its own gains, which a joint-space reset cannot pin).
+        max_episode_steps: steps before an episode is truncated.
+        sample_commands: draw each operator command (reach target, velocity command) uniformly from its trained
+            range at every reset; False keeps them (set them with `set_command`).
+        seed: seeds the command draws, the random reset and the twin's noise.
+        session: further `open_session` arguments (latency_s, noise_std, domain_id, command_interface, scene, ...).
+
+    Observation: the contract's observation vector (O,) float32; for a policy that reads cameras, a Dict of `obs`
+    and one (H, W, 3) uint8 frame per camera. Action: (A,) float32 within the contract's action clip (or
+    [-1, 1] x the largest scale when it has none, as a tanh policy emits).
+    """
+
+    metadata = {"render_modes": []}
+    """A robot (even its twin, whose state carries over from one episode to the next) is not reset to the same
+    observation by the same seed: register it with `nondeterministic=True`."""
+
+    def __init__(self, policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
+                 realtime: bool = False, rewards: Sequence[str] = ("goal_distance",), reset_module: str | None = "home",
+                 max_episode_steps: int = 150, sample_commands: bool = True, seed: int = 0,
+                 session: Mapping[str, Any] | None = None):
+        if not (isinstance(max_episode_steps, int) and max_episode_steps > 0):
+            raise ValueError(f"max_episode_steps = {max_episode_steps!r}: must be an integer > 0")
+        self.runtime = open_session(policy_path, hardware_path, transport, realtime=realtime, seed=seed,
+                                    rewards=tuple(rewards), reset_module=reset_module or "home",
+                                    **dict(session or {}))
+        self.reset_module = reset_module
+        self.realtime = realtime
+        self.max_episode_steps = max_episode_steps
+        self.sample_commands = sample_commands
+        self.np_random, _ = gym.utils.seeding.np_random(seed)  # the command draws; reset(seed=...) reseeds it
+        policy = self.runtime.policy
+        contract = policy.policy.contract
+        clip = contract.action.clip if contract.action.clip is not None else float(max(contract.action.scale))
+        self.action_space = gym.spaces.Box(-clip, clip, (contract.action_dim,), np.float32)
+        obs_space = gym.spaces.Box(-np.inf, np.inf, (contract.obs_dim,), np.float32)
+        self._cameras = camera_options(policy)["cameras"]  # ((name, height, width), ...)
+        if self._cameras:
+            self.observation_space = gym.spaces.Dict({"obs": obs_space, **{
+                name: gym.spaces.Box(0, 255, (h, w, 3), np.uint8) for name, h, w in self._cameras}})
+        else:
+            self.observation_space = obs_space
+        self._steps = 0
+        self._episode_open = False
+        self._next_tick = 0.0
+        arguments = {"policy_path": str(policy_path), "hardware_path": str(hardware_path), "transport": transport,
+                     "realtime": realtime, "rewards": tuple(rewards), "reset_module": reset_module,
+                     "max_episode_steps": max_episode_steps, "sample_commands": sample_commands, "seed": seed,
+                     "session": dict(session or {})}
+        self.spec = gym.envs.registration.EnvSpec(ENV_ID, entry_point=f"{__name__}:RobotEnv", nondeterministic=True,
+                                                  kwargs=arguments)
+
+    # ------------------------------------------------------------------------------------------- gymnasium
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        c = self.runtime.controller
+        if c.mode is Mode.ESTOP:
+            raise RuntimeError("the e-stop is latched: an operator must release it (reset_estop) before the next "
+                               "episode")
+        if c.mode is Mode.POLICY:  # reset in the middle of an episode
+            c.end_policy()
+        if c.mode is Mode.DAMP:  # a fault ended the last episode: ramp again
+            c.reset()
+        if c.mode is Mode.PASSIVE:
+            c.request_ramp()
+        if c.mode is not Mode.READY:
+            self._tick_until_ready()
+        name = None
+        if self.reset_module is not None:
+            try:
+                name = run_reset(c, self.runtime.reset_module, step=self._idle_tick).name
+            except ResetError as exc:
+                raise RuntimeError(f"reset failed: {exc}") from None
+        if self.sample_commands:
+            for command, (low, high) in self.runtime.policy.commands.ranges.items():
+                self.runtime.policy.set_command(command, self.np_random.uniform(low, high))
+        self.runtime.tracker.reward.reset()
+        c.start_policy()  # POLICY: the learner's actions drive the robot from the next tick on
+        self._steps = 0
+        self._episode_open = True
+        obs = self._observe()
+        return obs, {"reset": name, "commands": self._commands()}
+
+    def step(self, action: np.ndarray) -> tuple[Any, float, bool, bool, dict]:
+        if not self._episode_open:
+            raise RuntimeError("step before reset (or after the episode ended): call reset()")
+        a = np.asarray(action, dtype=np.float32).reshape(self.action_space.shape)
+        if not np.isfinite(a).all():
+            raise ValueError(f"action {a.tolist()}: must be finite numbers")
+        runtime, c = self.runtime, self.runtime.controller
+        runtime.policy.external = np.clip(a, self.action_space.low, self.action_space.high)
+        self._tick()
+        self._steps += 1
+        fault = (c.state_machine.fault_reason or c.mode.name.lower()) if c.mode in (Mode.DAMP, Mode.ESTOP) else None
+        state = c.robot.read_state()  # what the controller reads: with the state estimates the hardware file asks for
+        obs = self._observe(state)
+        result = runtime.tracker.reward(state, runtime.policy.commands)
+        terminated = result.done or fault is not None
+        truncated = not terminated and self._steps >= self.max_episode_steps
+        info = {"success": bool(result.success), "failure": bool(result.failure or fault is not None),
+                "fault": fault, "interventions": tuple(c.last_interventions), "terms": dict(result.terms)}
+        if terminated or truncated:
+            self._episode_open = False
+            if c.mode is Mode.POLICY:
+                c.end_policy()  # READY holds the pose until the next reset
+        return obs, float(result.reward), bool(terminated), bool(truncated), info
+
+    def close(self) -> None:
+        runtime = getattr(self, "runtime", None)
+        if runtime is not None and runtime.controller is not None:
+            runtime.deactivate()  # DAMP and a last damping command
+            runtime.robot.close()
+            runtime.cleanup()
+        self.runtime = None
+
+    # ------------------------------------------------------------------------------------------- operator
+    def set_command(self, name: str, value: object) -> np.ndarray:
+        """Set an operator command (e.g. "target_pos", "velocity_command"); clamped into its trained range."""
+        return self.runtime.policy.set_command(name, value)
+
+    # ------------------------------------------------------------------------------------------- ticks
+    def _now(self) -> float:
+        return self.runtime.robot.time if not self.realtime else time.monotonic()
+
+    def _tick(self) -> None:
+        """One control tick; in real time on the absolute grid of control periods."""
+        c = self.runtime.controller
+        if self.realtime:
+            now = time.monotonic()
+            if now < self._next_tick:
+                time.sleep(self._next_tick - now)
+            self._next_tick = max(self._next_tick + c.period, time.monotonic())
+        c.tick(self._now())
+
+    def _idle_tick(self) -> None:
+        """A tick without a learner's action (ramps, resets, READY holds)."""
+        self._tick()
+
+    def _tick_until_ready(self) -> None:
+        c = self.runtime.controller
+        end = self._now() + RAMP_TIMEOUT_S
+        while c.mode is not Mode.READY:
+            if c.mode in (Mode.DAMP, Mode.ESTOP) or self._now() > end:
+                raise RuntimeError(f"the robot did not reach READY (mode {c.mode.name}"
+                                   f"{', ' + c.last_error if c.last_error else ''})")
+            self._idle_tick()
+
+    def _observe(self, state: Any = None) -> Any:
+        state = state if state is not None else self.runtime.controller.robot.read_state()
+        obs = np.asarray(self.runtime.policy.observe(state), dtype=np.float32)
+        if not self._cameras:
+            return obs
+        return {"obs": obs, **{name: state.images[name] for name, _, _ in self._cameras}}
+
+    def _commands(self) -> dict[str, list[float]]:
+        return {k: [float(x) for x in v] for k, v in self.runtime.policy.commands.items()}
+
+
+if ENV_ID not in gym.registry:
+    gym.register(ENV_ID, entry_point=f"{__name__}:RobotEnv", nondeterministic=True)

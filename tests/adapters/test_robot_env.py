@@ -1,0 +1,99 @@
+"""RobotEnv: the deploy core as a gymnasium env, on the MuJoCo twin (sim transport, simulated time)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from robo_rl.adapters.robot_env import ENV_ID, RobotEnv
+from robo_rl.deploy.policy import OnnxPolicy
+from robo_rl.deploy.state_machine import Mode
+from tests.conftest import REPO
+
+PANDA = (str(REPO / "policies" / "panda_reach.onnx"), str(REPO / "hardware" / "panda.yaml"))
+GO2 = (str(REPO / "policies" / "go2_walk.onnx"), str(REPO / "hardware" / "go2.yaml"))
+
+
+@pytest.fixture
+def panda_env():
+    env = RobotEnv(*PANDA, rewards=("goal_distance",), reset_module="random", max_episode_steps=150)
+    yield env
+    env.close()
+
+
+def test_the_env_checker_passes_on_the_arm_and_the_legged_twin():
+    """gymnasium's own checker (spaces, reset / step signatures and types, seeding, no reused buffers); the Go2's
+    velocity_tracking reward reads the robot-side base velocity estimate, as on the real robot."""
+    for args, kwargs in ((PANDA, {"reset_module": "random"}),
+                         (GO2, {"rewards": ("velocity_tracking",), "reset_module": None})):
+        env = RobotEnv(*args, max_episode_steps=20, **kwargs)
+        try:
+            check_env(env, skip_render_check=True)
+            assert env.spec.nondeterministic  # a robot, even its twin, carries its state over between episodes
+        finally:
+            env.close()
+
+
+def test_the_trained_reach_policy_succeeds_through_the_env(panda_env):
+    """The exported policy acting through step() reaches targets drawn from its trained range: the observation, the
+    action path (external actions -> action terms -> safety filter -> robot) and the reward agree with deployment."""
+    policy = OnnxPolicy(PANDA[0])
+    low, high = panda_env.runtime.policy.commands.ranges["target_pos"]
+    for episode in range(3):
+        obs, info = panda_env.reset(seed=episode)
+        target = np.array(info["commands"]["target_pos"])
+        assert np.all(target >= np.array(low) - 1e-9) and np.all(target <= np.array(high) + 1e-9)
+        assert obs.shape == panda_env.observation_space.shape and obs.dtype == np.float32
+        steps, terminated, truncated = 0, False, False
+        while not (terminated or truncated):
+            obs, reward, terminated, truncated, info = panda_env.step(policy(obs)[0])
+            steps += 1
+        assert terminated and info["success"] and not info["failure"], info
+        assert info["terms"]["goal_distance_m"] < 0.03 and steps < 100
+        assert panda_env.runtime.controller.mode is Mode.READY  # the episode ended: READY holds the pose
+
+
+def test_episodes_truncate_and_a_fault_ends_one_as_a_failure_then_reset_ramps_again():
+    env = RobotEnv(*PANDA, reset_module="home", max_episode_steps=5, sample_commands=False)
+    try:
+        env.set_command("target_pos", [0.5, 0.2, 0.5])
+        env.reset(seed=0)
+        zero = np.zeros(env.action_space.shape, np.float32)
+        outcomes = [env.step(zero)[2:4] for _ in range(5)]
+        assert outcomes[:4] == [(False, False)] * 4 and outcomes[4] == (False, True)  # truncated at 5 steps
+        with pytest.raises(RuntimeError, match="^step before reset"):
+            env.step(zero)
+        env.reset()
+        env.runtime.controller.stop()  # the operator's stop (or any safety fault): DAMP
+        _, _, terminated, truncated, info = env.step(zero)
+        assert terminated and not truncated and info["failure"] and info["fault"] == "damp"  # a stop: no fault reason
+        obs, _ = env.reset()  # DAMP -> PASSIVE -> RAMP -> READY -> the reset module -> POLICY
+        assert env.runtime.controller.mode is Mode.POLICY and np.isfinite(obs).all()
+        env.runtime.controller.estop()
+        env.step(zero)
+        with pytest.raises(RuntimeError, match="^the e-stop is latched: an operator must release it"):
+            env.reset()
+    finally:
+        env.close()
+
+
+def test_bad_input_is_refused_with_one_line(panda_env):
+    panda_env.reset(seed=0)
+    with pytest.raises(ValueError, match=r"^action \[nan, 0\.0.*\]: must be finite numbers$"):
+        panda_env.step(np.array([np.nan] + [0.0] * 6))
+    with pytest.raises(ValueError, match="^max_episode_steps = 0: must be an integer > 0$"):
+        RobotEnv(*PANDA, max_episode_steps=0)
+
+
+def test_gymnasium_make_builds_it_and_actions_are_clipped_to_the_space():
+    env = gym.make(ENV_ID, policy_path=PANDA[0], hardware_path=PANDA[1], max_episode_steps=3).unwrapped
+    try:
+        env.reset(seed=0)
+        policy = env.runtime.policy
+        taken = []
+        original = policy.targets
+        policy.targets = lambda actions, state: taken.append(actions.copy()) or original(actions, state)
+        env.step(np.full(env.action_space.shape, 1e6, np.float32))
+        np.testing.assert_array_equal(taken[0], env.action_space.high)  # the contract's clip, not 1e6
+    finally:
+        env.close()

@@ -4,8 +4,9 @@ What a learner on the robot sees. The env is the deploy core stepped by hand: `o
 contract (an exported ONNX file: it fixes the observations, the actions and how they become joint targets) and
 connects the robot through its transport; every `step`
 
-    sets the learner's raw actions (A,) as the policy's `external` actions,
-    runs one control tick (state machine, the safety filter on the command, send),
+    sets the learner's raw actions (A,) as the policy's `external` actions (or an operator's, while a takeover
+    device is held),
+    runs one control tick (state machine, the safety filter on the command, send; its clamps in info["safety"]),
     reads the robot's next state and builds the contract's observation from it (camera frames too),
     scores it with the reward modules (success / failure end the episode),
 
@@ -23,7 +24,7 @@ for the next tick's deadline (a caller slower than one period makes late ticks, 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from robo_rl.deploy.reset_modules import ResetError, run_reset
+from robo_rl.deploy.robot import RobotState
 from robo_rl.deploy.session import camera_options, open_session
 from robo_rl.deploy.state_machine import Mode
 
@@ -56,6 +58,11 @@ class RobotEnv(gym.Env):
             range at every reset; False keeps them (set them with `set_command`).
         seed: seeds the command draws, the random reset and the twin's noise.
         session: further `open_session` arguments (latency_s, noise_std, domain_id, command_interface, scene, ...).
+        takeover: an operator's device, as HIL-SERL's interventions: called with the state before every step, it
+            returns joint targets (J,) in the robot's joint order while the operator holds it (None otherwise);
+            those targets, written as the policy's actions (`ActionMap.actions_for`), are executed instead of the
+            learner's, through the same action terms and safety filter. `info["intervention"]` flags the step and
+            `info["action"]` is always the action executed: what a learner stores (and, flagged, in its demos).
 
     Observation: the contract's observation vector (O,) float32; for a policy that reads cameras, a Dict of `obs`
     and one (H, W, 3) uint8 frame per camera. Action: (A,) float32 within the contract's action clip (or
@@ -69,7 +76,8 @@ class RobotEnv(gym.Env):
     def __init__(self, policy_path: str | Path, hardware_path: str | Path, transport: str = "sim", *,
                  realtime: bool = False, rewards: Sequence[str] = ("goal_distance",), reset_module: str | None = "home",
                  max_episode_steps: int = 150, sample_commands: bool = True, seed: int = 0,
-                 session: Mapping[str, Any] | None = None):
+                 session: Mapping[str, Any] | None = None,
+                 takeover: Callable[[RobotState], np.ndarray | None] | None = None):
         if not (isinstance(max_episode_steps, int) and max_episode_steps > 0):
             raise ValueError(f"max_episode_steps = {max_episode_steps!r}: must be an integer > 0")
         self.runtime = open_session(policy_path, hardware_path, transport, realtime=realtime, seed=seed,
@@ -77,6 +85,9 @@ class RobotEnv(gym.Env):
                                     **dict(session or {}))
         self.reset_module = reset_module
         self.realtime = realtime
+        self.takeover = takeover
+        if takeover is not None:  # refused now, not at the operator's first touch
+            self.runtime.policy.action_map.actions_for(np.asarray(self.runtime.policy.policy.contract.default_joint_pos))
         self.max_episode_steps = max_episode_steps
         self.sample_commands = sample_commands
         self.np_random, _ = gym.utils.seeding.np_random(seed)  # the command draws; reset(seed=...) reseeds it
@@ -139,7 +150,12 @@ class RobotEnv(gym.Env):
         if not np.isfinite(a).all():
             raise ValueError(f"action {a.tolist()}: must be finite numbers")
         runtime, c = self.runtime, self.runtime.controller
-        runtime.policy.external = np.clip(a, self.action_space.low, self.action_space.high)
+        executed = np.clip(a, self.action_space.low, self.action_space.high)
+        operator = self.takeover(c.robot.read_state()) if self.takeover is not None else None
+        if operator is not None:  # (J,) robot order -> the policy's joints -> the policy's actions
+            policy = runtime.policy
+            executed = policy.action_map.actions_for(np.asarray(operator, dtype=np.float64)[policy.robot_index])
+        runtime.policy.external = executed
         self._tick()
         self._steps += 1
         fault = (c.state_machine.fault_reason or c.mode.name.lower()) if c.mode in (Mode.DAMP, Mode.ESTOP) else None
@@ -149,7 +165,8 @@ class RobotEnv(gym.Env):
         terminated = result.done or fault is not None
         truncated = not terminated and self._steps >= self.max_episode_steps
         info = {"success": bool(result.success), "failure": bool(result.failure or fault is not None),
-                "fault": fault, "interventions": tuple(c.last_interventions), "terms": dict(result.terms)}
+                "fault": fault, "safety": tuple(c.last_interventions), "terms": dict(result.terms),
+                "intervention": operator is not None, "action": executed.copy()}
         if terminated or truncated:
             self._episode_open = False
             if c.mode is Mode.POLICY:

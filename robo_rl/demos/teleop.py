@@ -156,6 +156,50 @@ class EeTeleopPolicy:
         return q
 
 
+class DeviceTakeover:
+    """An operator's device taking over from a learner while it is held (HIL-SERL's interventions), on any transport.
+
+    Called with the robot's state before each step (`RobotEnv(takeover=...)`): while the device is deflected (or its
+    gripper button pressed) it returns the joint targets (J,) of end-effector teleoperation (`EeTeleopPolicy`, from
+    the targets it gave last, so a held key moves at the set speed); once released, None (the learner acts again) and
+    the next takeover starts from the measured joints.
+
+    Args:
+        read: returns the device's TeleopInput for this step (keyboard, gamepad, SpaceMouse, a script).
+        chain: the arm's kinematic chain (`arm_chain(hw)` reads it from the hardware file's twin model).
+        hw, dt, max_speed, gripper: as EeTeleopPolicy.
+    """
+
+    def __init__(self, read: Callable[[], TeleopInput], chain: dict, hw: Any, dt: float, *, max_speed: float = 0.1,
+                 gripper: tuple[str, float, float] | None = None):
+        self.read = read
+        self.last_input = TeleopInput(np.zeros(3))
+        self.teleop = EeTeleopPolicy(lambda: self.last_input, chain, hw, dt, max_speed=max_speed, gripper=gripper)
+        self.held = False
+
+    def __call__(self, state: Any) -> np.ndarray | None:
+        self.last_input = inp = self.read()
+        held = bool(np.any(np.asarray(inp.velocity) != 0.0) or inp.toggle_gripper)
+        if not held:
+            if self.held:
+                self.teleop.reset()
+            self.held = False
+            return None
+        self.held = True
+        return self.teleop(state)
+
+
+def arm_chain(hw: Any, ee_site: str = "ee") -> dict:
+    """The kinematic chain to `ee_site` of the arm's model (hardware `transport.sim.model`), read once with mujoco: the
+    robot side of teleoperation needs no twin running, only the model file."""
+    import mujoco
+
+    from robo_rl.core.assets import find_asset
+
+    model = mujoco.MjModel.from_xml_path(str(find_asset(hw.transport["sim"]["model"], what="robot model")))
+    return serial_chain(model, ee_site)
+
+
 # ---------------------------------------------------------------------------------------------- devices
 class KeyboardDevice:
     """The terminal's keys, read on a thread in cbreak mode (no Enter needed); call it once per tick."""

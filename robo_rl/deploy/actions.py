@@ -51,3 +51,26 @@ class ActionMap:
             out[joints] = compute(actions[cols], q[joints], prev[joints])
         self._prev = out.copy()
         return out
+
+    def actions_for(self, targets: np.ndarray) -> np.ndarray:
+        """Raw actions (A,) float32 whose targets are `targets` (J,) (contract order), clipped to the contract's clip:
+        the inverse of the stateless joint-space terms (targets = offset + scale * a). What an operator's joint
+        targets are in the policy's action space, so a takeover is recorded as the policy's own actions.
+
+        Raises:
+            ValueError: a term whose targets depend on the robot's state (no affine map to invert), one line.
+        """
+        targets = np.asarray(targets, dtype=np.float64)
+        actions = np.empty(self.contract.action_dim)
+        default = np.asarray(self.contract.default_joint_pos, dtype=np.float64)
+        for spec, cols, joints, _ in self._terms:
+            affine = ACTION_TERMS.get(spec.kind).graph_affine
+            if affine is None:
+                raise ValueError(f"action term {spec.kind!r} maps actions to targets through the robot's state: joint "
+                                 "targets cannot be written as its actions (an operator takeover needs joint-space "
+                                 "terms)")
+            offset, scale = (np.asarray(v, dtype=np.float64) for v in affine(spec, list(default[joints])))
+            actions[cols] = (targets[joints] - offset) / scale
+        clip = self.contract.action.clip
+        return (actions if clip is None else np.clip(actions, -clip, clip)).astype(np.float32)
+

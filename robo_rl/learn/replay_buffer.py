@@ -201,6 +201,13 @@ class DemoBuffer:
         self.data = data
         self.size = data["obs"].shape[0]
 
+    def extend(self, more: DemoBuffer) -> None:
+        """Append `more`'s transitions (same arrays and widths): e.g. an operator's takeovers while learning."""
+        if set(more.data) != set(self.data):
+            raise ValueError(f"demonstrations to append carry {sorted(more.data)}, the buffer {sorted(self.data)}")
+        self.data = {k: torch.cat([v, more.data[k]]) for k, v in self.data.items()}
+        self.size = self.data["obs"].shape[0]
+
     def sample(self, batch_size: int, gamma: float, generator: torch.Generator) -> dict[str, Tensor]:
         """`batch_size` transitions drawn uniformly; the layout of `ReplayBuffer.sample` with n = 1."""
         d = self.data

@@ -97,3 +97,51 @@ def test_gymnasium_make_builds_it_and_actions_are_clipped_to_the_space():
         np.testing.assert_array_equal(taken[0], env.action_space.high)  # the contract's clip, not 1e6
     finally:
         env.close()
+
+
+def test_an_operator_takes_over_while_the_device_is_held_and_the_takeover_enters_the_demonstrations():
+    """HIL-SERL's interventions: a scripted device deflected for steps 10-39 drives the arm (+x at 0.2 m/s) instead
+    of the learner, through the policy's action terms and the safety filter; each step is flagged and carries the
+    action executed; released, the learner acts again. The flagged transitions extend SAC's demonstrations."""
+    import torch
+
+    from robo_rl.demos.teleop import DeviceTakeover, TeleopInput, arm_chain
+    from robo_rl.learn.algorithm_registry import EnvSpec
+    from robo_rl.learn.algorithms.sac import SAC, SACConfig, SACPolicy, SACPolicyConfig
+
+    step = [0]
+    env = RobotEnv(*PANDA, reset_module="home", max_episode_steps=100, sample_commands=False)
+    try:
+        hw = env.runtime.hw
+        env.takeover = DeviceTakeover(lambda: TeleopInput(np.array([1.0 if 10 <= step[0] < 40 else 0.0, 0, 0])),
+                                      arm_chain(hw), hw, 1.0 / hw.control_rate_hz, max_speed=0.2)
+        env.set_command("target_pos", [0.5, 0.0, 0.4])
+        obs, _ = env.reset(seed=0)
+        learner = np.zeros(env.action_space.shape, np.float32)
+        flags, executed, ee_x, transitions = [], [], [], []
+        for step[0] in range(60):
+            next_obs, reward, terminated, truncated, info = env.step(learner)
+            flags.append(info["intervention"])
+            executed.append(info["action"])
+            ee_x.append(env.runtime.controller.robot.read_state().ee_pos[0])
+            transitions.append((obs, info["action"], reward, next_obs, terminated, truncated, info["intervention"]))
+            obs = next_obs
+        assert flags == [False] * 10 + [True] * 30 + [False] * 20
+        moved = ee_x[39] - ee_x[9]
+        assert 0.08 < moved < 0.14, moved  # 0.2 m/s for 0.6 s through the arm's impedance: 0.110 m measured
+        assert all(np.abs(a).max() > 1e-3 for a in executed[10:40])  # the operator's actions, not the learner's zeros
+        assert all(np.array_equal(a, learner) for a in executed[:10] + executed[40:])
+    finally:
+        env.close()
+    taken = [t for t in transitions if t[6]]
+    arrays = {"obs": np.stack([t[0] for t in taken]), "action": np.stack([t[1] for t in taken]),
+              "reward": np.array([t[2] for t in taken]), "next_obs": np.stack([t[3] for t in taken]),
+              "terminated": np.array([t[4] for t in taken]), "truncated": np.array([t[5] for t in taken])}
+    spec = EnvSpec(1, obs.shape[0], obs.shape[0], learner.shape[0], float(env.action_space.high[0]))
+    sac = SAC(SACConfig(batch_size=8, buffer_size=64, learning_starts=1, demo_ratio=0.5),
+              SACPolicy(SACPolicyConfig(actor_hidden_dims=(8,), critic_hidden_dims=(8,)), spec),
+              spec, torch.Generator().manual_seed(0))
+    sac.add_demos(arrays)
+    sac.add_demos(arrays)  # a second takeover appends
+    assert sac.demos.size == 60
+    np.testing.assert_allclose(sac.demos.data["action"][:30].numpy() * spec.action_clip, arrays["action"], atol=1e-6)

@@ -296,6 +296,18 @@ class SAC:
                                       critic_obs_dim=s.critic_obs_dim if self.policy.asymmetric else None,
                                       device=s.device)
 
+    def add_demos(self, arrays: Mapping[str, Any]) -> None:
+        """Append demonstration transitions (same arrays as `load_demos`) to the demonstrations, e.g. the transitions
+        an operator's takeover made while learning on the robot (HIL-SERL puts them in both buffers)."""
+        if self.demos is None:
+            self.load_demos(arrays)
+            return
+        s = self.spec
+        self.demos.extend(load_demo_arrays(arrays, obs_dim=s.obs_dim, action_dim=s.action_dim,
+                                           action_bound=self.policy.action_bound,
+                                           critic_obs_dim=s.critic_obs_dim if self.policy.asymmetric else None,
+                                           device=s.device))
+
     def check_ready_to_train(self) -> None:
         """Load `algo.dataset` when demonstrations are asked for and none were given in memory; ConfigError when
         there are none, ValueError (one line) for a dataset that does not fit the task."""

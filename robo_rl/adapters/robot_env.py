@@ -32,7 +32,8 @@ import gymnasium as gym
 import numpy as np
 
 from robo_rl.deploy.reset_modules import ResetError, run_reset
-from robo_rl.deploy.robot import RobotState
+from robo_rl.deploy.robot import RobotState, take_control
+from robo_rl.deploy.runtime import wait_for_fresh_state
 from robo_rl.deploy.session import camera_options, open_session
 from robo_rl.deploy.state_machine import Mode
 
@@ -86,6 +87,14 @@ class RobotEnv(gym.Env):
         self.reset_module = reset_module
         self.realtime = realtime
         self.takeover = takeover
+        robot = self.runtime.robot
+        try:
+            if realtime:  # a live robot: its state first, then its own controller hands the motors over
+                wait_for_fresh_state(robot, self.runtime.config.state_wait_s, self.runtime.hw.safety.state_timeout_s)
+            take_control(robot)
+        except BaseException:
+            robot.close()
+            raise
         if takeover is not None:  # refused now, not at the operator's first touch
             self.runtime.policy.action_map.actions_for(np.asarray(self.runtime.policy.policy.contract.default_joint_pos))
         self.max_episode_steps = max_episode_steps
@@ -176,9 +185,9 @@ class RobotEnv(gym.Env):
     def close(self) -> None:
         runtime = getattr(self, "runtime", None)
         if runtime is not None and runtime.controller is not None:
-            runtime.deactivate()  # DAMP and a last damping command
-            runtime.robot.close()
-            runtime.cleanup()
+            robot = runtime.robot
+            runtime.cleanup()  # DAMP and a last damping command, then forget the policy
+            robot.close()
         self.runtime = None
 
     # ------------------------------------------------------------------------------------------- operator

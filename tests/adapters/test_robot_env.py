@@ -145,3 +145,32 @@ def test_an_operator_takes_over_while_the_device_is_held_and_the_takeover_enters
     sac.add_demos(arrays)  # a second takeover appends
     assert sac.demos.size == 60
     np.testing.assert_allclose(sac.demos.data["action"][:30].numpy() * spec.action_clip, arrays["action"], atol=1e-6)
+
+
+@pytest.mark.realtime
+def test_the_same_env_runs_against_the_twin_over_dds_in_real_time(dds_domain, tmp_path):
+    """`robo-rl twin` in another process, RobotEnv over DDS at the control rate: steps keep the 50 Hz grid and the
+    trained policy acting through step() reaches its target, as on the in-process twin."""
+    import time
+
+    from tests.dds_support import relaxed_hardware, start_twin, stop_process
+
+    hardware = relaxed_hardware(tmp_path, "panda")
+    twin = start_twin(hardware, dds_domain, log=tmp_path / "twin.log")
+    env = None
+    try:
+        env = RobotEnv(PANDA[0], hardware, "dds", realtime=True, reset_module="home", max_episode_steps=150,
+                       session={"domain_id": dds_domain})
+        policy = OnnxPolicy(PANDA[0])
+        obs, info = env.reset(seed=3)
+        start, steps, terminated, truncated = time.monotonic(), 0, False, False
+        while not (terminated or truncated):
+            obs, _, terminated, truncated, info = env.step(policy(obs)[0])
+            steps += 1
+        elapsed = time.monotonic() - start
+        assert terminated and info["success"], info
+        assert abs(elapsed / steps - 0.02) < 0.004, elapsed / steps  # the control period, held by the env
+    finally:
+        if env is not None:
+            env.close()
+        stop_process(twin)

@@ -12,8 +12,10 @@ connects the robot through its transport; every `step`
 
 and `reset` runs the reset module (home, random, operator) and starts a new episode (operator commands such as the
 reach target or the velocity command are drawn from their trained ranges when `sample_commands`). A safety fault
-(DAMP, ESTOP) ends the episode as a failure, with the reason in `info["fault"]`; the next `reset` ramps again
-from DAMP, and refuses (RuntimeError, one line) in a latched ESTOP, which only an operator releases.
+(DAMP, ESTOP) ends the episode as a failure, with the reason in `info["fault"]`; so does a failure of a legged robot
+(a fall: it damps, `info["fault"] == "fall"`). The next `reset` ramps again from DAMP (a legged robot lying on its
+belly stands up through the ramp), refuses (RuntimeError, one line) when the robot is not upright (right it by hand)
+and in a latched ESTOP, which only an operator releases.
 
 Timing: on a rehearsal transport (`realtime=False`, the sim twin) each step advances one control period of
 simulated time, as fast as the CPU allows. On a real-time transport the env keeps the control rate: `step` waits
@@ -130,7 +132,9 @@ class RobotEnv(gym.Env):
                                "episode")
         if c.mode is Mode.POLICY:  # reset in the middle of an episode
             c.end_policy()
-        if c.mode is Mode.DAMP:  # a fault ended the last episode: ramp again
+        if c.mode is Mode.READY:
+            self._idle_tick()  # the safety checks on the newest state first: a robot that fell meanwhile damps
+        if c.mode is Mode.DAMP:  # a fault (or a fall) ended the last episode: ramp again, standing a legged robot up
             c.reset()
         if c.mode is Mode.PASSIVE:
             c.request_ramp()
@@ -178,7 +182,10 @@ class RobotEnv(gym.Env):
                 "intervention": operator is not None, "action": executed.copy()}
         if terminated or truncated:
             self._episode_open = False
-            if c.mode is Mode.POLICY:
+            if c.mode is Mode.POLICY and info["failure"] and self.runtime.hw.kind == "legged":
+                c.stop("fall")  # a legged robot that failed (fell): damp; the next reset stands it up again
+                info["fault"] = "fall"
+            elif c.mode is Mode.POLICY:
                 c.end_policy()  # READY holds the pose until the next reset
         return obs, float(result.reward), bool(terminated), bool(truncated), info
 
@@ -218,8 +225,10 @@ class RobotEnv(gym.Env):
         end = self._now() + RAMP_TIMEOUT_S
         while c.mode is not Mode.READY:
             if c.mode in (Mode.DAMP, Mode.ESTOP) or self._now() > end:
+                fallen = c.state_machine.fault_reason == "imu_check"
                 raise RuntimeError(f"the robot did not reach READY (mode {c.mode.name}"
-                                   f"{', ' + c.last_error if c.last_error else ''})")
+                                   f"{', ' + c.last_error if c.last_error else ''})"
+                                   f"{': it is not upright, right it by hand, then reset' if fallen else ''}")
             self._idle_tick()
 
     def _observe(self, state: Any = None) -> Any:

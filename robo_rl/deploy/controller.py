@@ -286,10 +286,10 @@ class Controller:
             self.policy.reset()
             self.state_machine.start_policy(self._clock())
 
-    def stop(self) -> None:
-        """-> DAMP from any mode but ESTOP."""
+    def stop(self, reason: str = "stop") -> None:
+        """-> DAMP from any mode but ESTOP (`reason`: the fault reason it reports, e.g. "fall")."""
         with self._lock:
-            self.state_machine.stop(self._clock())
+            self.state_machine.stop(self._clock(), reason)
 
     def estop(self) -> None:
         """-> ESTOP, latched in both the state machine and the safety filter."""

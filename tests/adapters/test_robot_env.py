@@ -174,3 +174,39 @@ def test_the_same_env_runs_against_the_twin_over_dds_in_real_time(dds_domain, tm
         if env is not None:
             env.close()
         stop_process(twin)
+
+
+def test_a_legged_robot_stands_up_from_lying_and_a_fall_damps_it_until_it_is_righted():
+    """The Go2 twin lying on its belly stands up through the ramp at reset; a shove that makes it fall ends the
+    episode (failure, DAMP, fault "fall"); lying on its back it is refused with one line; righted, it stands again."""
+    env = RobotEnv(*GO2, rewards=("velocity_tracking",), reset_module=None, max_episode_steps=200)
+    try:
+        twin = env.runtime.robot
+        d = twin.data
+
+        def lie_on_the_belly():
+            qpos = twin.model.key_qpos[0].copy()
+            qpos[2], qpos[7:] = 0.12, [0.0, 1.36, -2.65] * 4  # legs folded under the body
+            twin.reset(None, qpos=qpos)
+            twin.advance(50 * twin.substeps)  # 1 s, motors passive: it settles on the floor
+
+        lie_on_the_belly()
+        assert d.qpos[2] < 0.08
+        env.reset(seed=0)
+        assert d.qpos[2] > 0.18 and env.runtime.controller.mode is Mode.POLICY  # stood up through the ramp
+        d.qvel[1], d.qvel[3] = 2.5, 8.0  # a shove: sideways, rolling
+        for _ in range(100):
+            _, _, terminated, truncated, info = env.step(np.zeros(env.action_space.shape, np.float32))
+            if terminated or truncated:
+                break
+        assert terminated and info["failure"] and info["fault"] == "fall"
+        assert env.runtime.controller.mode is Mode.DAMP
+        twin.advance(100 * twin.substeps)  # it comes to rest on its back
+        with pytest.raises(RuntimeError, match=r"^the robot did not reach READY \(mode DAMP, IMU gravity points .* "
+                                               r"it is not upright, right it by hand, then reset$"):
+            env.reset()
+        lie_on_the_belly()  # righted by hand
+        env.reset()
+        assert d.qpos[2] > 0.18 and env.runtime.controller.mode is Mode.POLICY
+    finally:
+        env.close()

@@ -5,8 +5,10 @@
    Gaussian noise to the executed actions, so trajectories differ and some episodes fail.
 2. Trains and exports with `robo-rl reward-classifier train` (episodes split by episode, 20 % held out).
 3. Reports the held-out accuracy (labelled frames; the 0.2 s margin before each first success is left out), the
-   accuracy with the margin frames counted as negatives, the error rates, the ONNX parity and the robot side's
-   inference time per frame (onnxruntime, one thread, preprocessing included).
+   accuracy with the margin frames counted as negatives, the error rates, the ONNX parity, the robot side's
+   inference time per frame (onnxruntime, one thread, preprocessing included), and what the `classifier` reward module
+   (threshold and debounce from the file) does on each held-out episode run frame by frame: whether it fires, and
+   whether before or how long after the recorded first success.
 
     OMP_NUM_THREADS=1 PYTHONPATH=. python scripts/bench_reward_classifier.py     # ~4 min on 2 shared cores
     PYTHONPATH=. python scripts/bench_reward_classifier.py --smoke
@@ -33,6 +35,8 @@ set_training_process_defaults()  # before torch is imported, as the CLI does for
 
 from robo_rl.cli.main import main as robo_rl  # noqa: E402
 from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
+from robo_rl.deploy.reward_modules import ClassifierReward  # noqa: E402
+from robo_rl.deploy.robot import RobotState  # noqa: E402
 from robo_rl.deploy.success_classifier import OnnxClassifier  # noqa: E402
 
 TASK = "arm-pick-place-vision"
@@ -72,6 +76,33 @@ def inference_ms(model: OnnxClassifier, frames: np.ndarray) -> tuple[float, floa
     return float(np.median(times) * 1e3), float(np.percentile(times, 99) * 1e3)
 
 
+def episode_outcomes(model_path: Path, data: Path, episodes: list[int]) -> dict[str, float]:
+    """The robot-side module (`classifier:<model>`: threshold and debounce from its spec) run over each episode's frames
+    in order, as on the robot: in how many episodes it fires, how many of those before the recorded first success,
+    and its median delay after the first success (frames)."""
+    module = ClassifierReward.from_file(str(model_path))
+    reader = DatasetReader(data)
+    fired, early, delays = 0, 0, []
+    for e in episodes:
+        ep = reader.episode(e)
+        flags = ep["next.success"].astype(bool)  # (T,)
+        module.reset()
+        states = (RobotState(0.0, 0.0, (), np.zeros(0), np.zeros(0), images={"scene": frame})
+                  for frame in ep["observation.images.scene"])
+        fire = next((t for t, state in enumerate(states) if module(state, {}).success), None)
+        if fire is None:
+            continue
+        fired += 1
+        if not flags.any() or fire < int(np.argmax(flags)):
+            early += 1
+        else:
+            delays.append(fire - int(np.argmax(flags)))
+    return {"episodes": len(episodes), "successful": sum(bool(reader.episode(e, images=False)["next.success"].any())
+                                                           for e in episodes),
+            "fired": fired, "early": early, "delay_median": float(np.median(delays)) if delays else float("nan"),
+            "debounce": module.debounce, "fps": reader.fps}
+
+
 def bench(args: argparse.Namespace, root: Path) -> float:
     """Record, train, report; returns the held-out accuracy."""
     data, model_path = root / "dataset", root / "reward_classifier.onnx"
@@ -98,6 +129,10 @@ def bench(args: argparse.Namespace, root: Path) -> float:
           f"as negatives; false positives {result['false_positive_rate']:.4f}, false negatives "
           f"{result['false_negative_rate']:.4f}")
     print(f"  robot side: {median:.3f} ms per frame (median), p99 {p99:.3f} ms (onnxruntime, one thread)")
+    o = episode_outcomes(model_path, data, held)
+    print(f"  the classifier reward module (debounce {o['debounce']}) over the held-out episodes: fires in "
+          f"{o['fired']} of {o['episodes']} ({o['successful']} succeed), {o['early']} before the recorded success, "
+          f"{o['delay_median']:.0f} frames ({o['delay_median'] / o['fps']:.2f} s) after it (median)")
     return float(result["accuracy"])
 
 

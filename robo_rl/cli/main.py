@@ -198,7 +198,7 @@ def _parser() -> argparse.ArgumentParser:
     rt.add_argument("--learning-rate", type=float, help="AdamW learning rate (default 1e-3)")
     rt.add_argument("--shift", type=int, help="random-shift augmentation, pixels (default 4; 0: none)")
     rt.add_argument("--threshold", type=float, help="probability from which a frame is a success (default 0.5)")
-    rt.add_argument("--debounce", type=int, help="consecutive positive frames the robot needs (default 3)")
+    rt.add_argument("--debounce", type=int, help="consecutive positive frames the robot needs (default 10)")
     rt.add_argument("--seed", type=int, help="seed of the split, the weights and the batches (default 0)")
 
     sub.add_parser("tasks", help="list tasks with observation and action sizes")

@@ -236,7 +236,7 @@ class ClassifierReward:
     """
 
     def __init__(self, prob: Callable[[np.ndarray], float], camera: str, *, threshold: float = 0.5,
-                 debounce: int = 3, success_reward: float = 1.0, name: str = "classifier"):
+                 debounce: int = 10, success_reward: float = 1.0, name: str = "classifier"):
         self.prob = prob
         self.camera = camera
         self.threshold = check_threshold(threshold)

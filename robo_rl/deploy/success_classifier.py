@@ -42,7 +42,7 @@ class ClassifierSpec:
     """W of the graph's input."""
     threshold: float = 0.5
     """A frame is positive when success_prob >= threshold."""
-    debounce: int = 3
+    debounce: int = 10
     """Success once this many consecutive frames are positive (the reward module's default)."""
     normalization: str = "x / 127.5 - 1 inside the graph (input uint8 RGB)"
     """How pixel values are normalised: inside the graph, so the robot feeds uint8."""

@@ -71,8 +71,9 @@ class ClassifierTrainConfig:
     """Random-shift augmentation: largest shift in pixels (0: none)."""
     threshold: float = _f(0.5, gt=0.0, le=0.999)
     """Probability from which a frame counts as positive (accuracy, and the robot's default)."""
-    debounce: int = _f(3, ge=1)
-    """Consecutive positive frames the robot's `classifier` reward module needs for success (its default)."""
+    debounce: int = _f(10, ge=1)
+    """Consecutive positive frames the robot's `classifier` reward module needs for success (its default): as long as
+    the margin at 50 Hz, since the classifier never learned the margin's frames and may call them positive."""
     seed: int = 0
     """Seeds the split, the initialisation, the batches and the shifts."""
 

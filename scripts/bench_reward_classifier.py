@@ -79,10 +79,10 @@ def inference_ms(model: OnnxClassifier, frames: np.ndarray) -> tuple[float, floa
 def episode_outcomes(model_path: Path, data: Path, episodes: list[int]) -> dict[str, float]:
     """The robot-side module (`classifier:<model>`: threshold and debounce from its spec) run over each episode's frames
     in order, as on the robot: in how many episodes it fires, how many of those before the recorded first success,
-    and its median delay after the first success (frames)."""
+    its median delay after the first success, and every episode's offset (frames; negative: early)."""
     module = ClassifierReward.from_file(str(model_path))
     reader = DatasetReader(data)
-    fired, early, delays = 0, 0, []
+    fired, early, delays, offsets = 0, 0, [], []
     for e in episodes:
         ep = reader.episode(e)
         flags = ep["next.success"].astype(bool)  # (T,)
@@ -93,6 +93,8 @@ def episode_outcomes(model_path: Path, data: Path, episodes: list[int]) -> dict[
         if fire is None:
             continue
         fired += 1
+        if flags.any():
+            offsets.append(fire - int(np.argmax(flags)))
         if not flags.any() or fire < int(np.argmax(flags)):
             early += 1
         else:
@@ -100,7 +102,7 @@ def episode_outcomes(model_path: Path, data: Path, episodes: list[int]) -> dict[
     return {"episodes": len(episodes), "successful": sum(bool(reader.episode(e, images=False)["next.success"].any())
                                                            for e in episodes),
             "fired": fired, "early": early, "delay_median": float(np.median(delays)) if delays else float("nan"),
-            "debounce": module.debounce, "fps": reader.fps}
+            "offsets": offsets, "debounce": module.debounce, "fps": reader.fps}
 
 
 def bench(args: argparse.Namespace, root: Path) -> float:
@@ -132,7 +134,8 @@ def bench(args: argparse.Namespace, root: Path) -> float:
     o = episode_outcomes(model_path, data, held)
     print(f"  the classifier reward module (debounce {o['debounce']}) over the held-out episodes: fires in "
           f"{o['fired']} of {o['episodes']} ({o['successful']} succeed), {o['early']} before the recorded success, "
-          f"{o['delay_median']:.0f} frames ({o['delay_median'] / o['fps']:.2f} s) after it (median)")
+          f"the others {o['delay_median']:.0f} frames ({o['delay_median'] / o['fps']:.2f} s) after it (median); "
+          f"offsets {o['offsets']} frames at {o['fps']:g} fps")
     return float(result["accuracy"])
 
 

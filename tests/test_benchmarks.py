@@ -25,6 +25,7 @@ SMOKE_RUNS = [  # (script, arguments, how many TARGET lines it prints)
     ("bench_vla.py", ["--smoke"], 8),  # VLA SFT, then Flow-SDE PPO, Flow-Noise PPO, GRPO: gains, held-out gaps, memory
     ("bench_distributed.py", ["--smoke"], 3),  # 2 ranks under torchrun vs one process on arm-reach; flat vs DDP sync
     ("bench_time_to_walk.py", ["--smoke", "--seeds", "0"], 4),  # Go2 time to walk, evaluation, vs rsl-rl-lib, deployed
+    ("bench_reward_classifier.py", ["--smoke"], 1),  # held-out accuracy of the reward classifier, arm-pick-place-vision
 ]
 """bench_adapter's smoke run is in mjlab's venv (tests/adapters/test_mjlab_venv.py); bench_deploy times real-time
 loops and DDS on a quiet machine and was never part of this test."""

@@ -1,4 +1,4 @@
-"""The `robo-rl` command: train, play, export, deploy, twin, tasks.
+"""The `robo-rl` command: train, play, export, deploy, twin, record, replay, dataset, reward-classifier, tasks.
 
 User mistakes (unknown task, bad config key or value, missing run, unwritable output, a run in use)
 print one line `robo-rl: ...` on stderr and never a traceback.
@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import yaml
 
+from robo_rl.cli.classifier import cmd_reward_classifier  # light: torch and the dataset reader lazily
 from robo_rl.cli.demos import cmd_dataset, cmd_record, cmd_replay  # light: numpy; the rest lazily
 from robo_rl.cli.robot import cmd_deploy, cmd_twin, stop_on_signals  # light: numpy; the deploy core lazily
 from robo_rl.core.assets import find_data_file
@@ -105,7 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--record", metavar="DIR", help="record every POLICY tick (joints, commands) into a new dataset")
     dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
                     help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
-                         "operator; repeatable, summed)")
+                         "operator, classifier:<model.onnx>[,threshold=T][,debounce=N][,camera=C]; repeatable, "
+                         "summed)")
 
     tw = sub.add_parser("twin", help="serve the MuJoCo twin of a robot on its DDS topics until stopped")
     tw.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
@@ -177,6 +179,27 @@ def _parser() -> argparse.ArgumentParser:
     fb.add_argument("bag")
     fb.add_argument("--mapping", required=True, metavar="MAPPING.yaml")
     fb.add_argument("--out", required=True, metavar="DIR")
+
+    rw = sub.add_parser("reward-classifier", help="a learned success detector for the `classifier` reward module")
+    rw_sub = rw.add_subparsers(dest="classifier_command", required=True)
+    rt = rw_sub.add_parser("train", help="label a dataset's camera frames by success (next.success), train a small "
+                                         "CNN on them, export it to ONNX with its preprocessing")
+    rt.add_argument("--dataset", required=True, metavar="DIR", help="a LeRobot v3.0 dataset with the camera and labels")
+    rt.add_argument("--out", default="policies/reward_classifier.onnx", metavar="X.onnx",
+                    help="the model (its spec goes beside it as X.json; default policies/reward_classifier.onnx)")
+    rt.add_argument("--camera", help="camera to classify (default scene)")
+    rt.add_argument("--label-key", help="per-frame success feature, > 0.5 = success (default next.success)")
+    rt.add_argument("--margin-s", type=float, help="seconds of frames before an episode's first success left out "
+                                                   "(default 0.2)")
+    rt.add_argument("--heldout", type=float, help="fraction of episodes held out for the accuracy (default 0.2)")
+    rt.add_argument("--image-size", type=int, help="square input side; default the camera's own size")
+    rt.add_argument("--steps", type=int, help="gradient steps (default 1500)")
+    rt.add_argument("--batch-size", type=int, help="frames per step (default 64)")
+    rt.add_argument("--learning-rate", type=float, help="AdamW learning rate (default 1e-3)")
+    rt.add_argument("--shift", type=int, help="random-shift augmentation, pixels (default 4; 0: none)")
+    rt.add_argument("--threshold", type=float, help="probability from which a frame is a success (default 0.5)")
+    rt.add_argument("--debounce", type=int, help="consecutive positive frames the robot needs (default 10)")
+    rt.add_argument("--seed", type=int, help="seed of the split, the weights and the batches (default 0)")
 
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
@@ -492,7 +515,8 @@ def task_summary(env) -> list[str]:
 
 
 COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "twin": cmd_twin,
-            "record": cmd_record, "replay": cmd_replay, "dataset": cmd_dataset, "tasks": cmd_tasks}
+            "record": cmd_record, "replay": cmd_replay, "dataset": cmd_dataset,
+            "reward-classifier": cmd_reward_classifier, "tasks": cmd_tasks}
 
 
 OFFLINE_ALGORITHMS = ("bc", "flow-bc", "vla-sft")

@@ -9,7 +9,8 @@ order they finish. Per frame: `observation.state` (the robot's joint positions),
 `observation.images.<camera>` for each camera asked for, `action` (the raw action, clipped),
 `command.joint_position` (the joint position targets that action set, what a robot is sent and
 `robo_rl.demos.replay` replays), `next.reward`, `next.done` and `next.terminated` (a failure, not a
-time-out), and `observation.critic` for a task whose critic sees more than its policy (SAC / RLPD use it).
+time-out), `next.success` (the task's success state after the step, for a task that has one: what the reward
+classifier learns from), and `observation.critic` for a task whose critic sees more than its policy (SAC / RLPD use it).
 Each frame's task (meta/tasks.parquet) is its episode's instruction for a task with instructions
 (arm-pick-place-vision: one phrasing per episode), the task's description otherwise.
 info.json carries the task name and its deploy contract under "robo_rl".
@@ -44,6 +45,8 @@ def expert_features(env: Any, cameras: Sequence[str], image_size: int) -> dict[s
         "next.done": scalar("bool"),
         "next.terminated": scalar("bool"),
     }
+    if isinstance(getattr(env, "success", None), torch.Tensor):  # a task with a success state (arm-pick-place)
+        features["next.success"] = scalar("bool")
     if env.obs_dims["critic"] != env.obs_dims["policy"]:  # an asymmetric critic: SAC / RLPD learn from it too
         features["observation.critic"] = vector([f"critic_{i}" for i in range(env.obs_dims["critic"])])
     for cam in cameras:
@@ -153,6 +156,7 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
         targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
         obs, reward, terminated, truncated, info = env.step(executed)
         done = (terminated | truncated).cpu().numpy()
+        success = step_success(env, info) if "next.success" in features else None  # (N,) bool
         act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
         for w in range(n):
             frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
@@ -160,6 +164,8 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
                      "next.terminated": term[w]}
             if "observation.critic" in features:
                 frame["observation.critic"] = critic[w]
+            if success is not None:
+                frame["next.success"] = success[w]
             frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
             buffers[w].append((frame, texts[w]))
         ended = info["episode"]
@@ -180,6 +186,16 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
     stats = writer.stats()
     return {"episodes": written, "frames": stats.frames_written, "success_rate": _mean_success(successes),
             "dropped": stats.frames_dropped}
+
+
+def step_success(env: Any, info: dict[str, Any]) -> np.ndarray:
+    """(N,) bool: each world's success state after the step just taken; for a world whose episode ended (and was
+    reset inside the step) its success at the end (the episode's `success` metric), not the new episode's."""
+    success = env.success.cpu().numpy().copy()
+    ended = info["episode"]
+    if ended and "success" in ended:
+        success[ended["ids"].cpu().numpy()] = ended["success"].cpu().numpy() > 0.5
+    return success
 
 
 def episode_tasks(env: Any, obs: dict[str, torch.Tensor], task: str) -> list[str]:

@@ -18,9 +18,11 @@ from typing import Protocol
 
 import numpy as np
 
+from robo_rl.core.assets import find_asset
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import RobotState
 from robo_rl.deploy.safety import gravity_tilt
+from robo_rl.deploy.success_classifier import OnnxClassifier, check_debounce, check_threshold
 
 
 # ---------------------------------------------------------------------------------------------- pure terms
@@ -54,6 +56,11 @@ def reward_velocity_tracking_exp(lin_vel_b: np.ndarray, ang_vel_b: np.ndarray, c
     lin_err = float(np.sum((np.asarray(command[:2]) - np.asarray(lin_vel_b[:2])) ** 2))
     yaw_err = float((command[2] - ang_vel_b[2]) ** 2)
     return float(np.exp(-lin_err / sigma) + yaw_weight * np.exp(-yaw_err / sigma))
+
+
+def debounce_count(count: int, positive: bool) -> int:
+    """Consecutive positive frames after this one: count + 1 if `positive`, else 0 (one negative frame resets)."""
+    return count + 1 if positive else 0
 
 
 # ---------------------------------------------------------------------------------------------- modules
@@ -218,6 +225,50 @@ class OperatorLabelReward:
         return RewardStep(r, success=outcome == "success", failure=outcome == "failure", terms={self.name: r})
 
 
+class ClassifierReward:
+    """Success from a learned classifier on a camera frame: reward `success_reward` and success once the success
+    probability has reached `threshold` on `debounce` consecutive frames (a single positive frame is noise).
+
+    Args:
+        prob: one frame (H, W, 3) uint8 -> success probability (`OnnxClassifier.prob`; a stub in tests).
+        camera: the RobotState.images key it reads.
+        threshold, debounce: as in `robo_rl.deploy.success_classifier.ClassifierSpec`.
+    """
+
+    def __init__(self, prob: Callable[[np.ndarray], float], camera: str, *, threshold: float = 0.5,
+                 debounce: int = 10, success_reward: float = 1.0, name: str = "classifier"):
+        self.prob = prob
+        self.camera = camera
+        self.threshold = check_threshold(threshold)
+        self.debounce = check_debounce(debounce)
+        self.success_reward = float(success_reward)
+        self.name = name
+        self._positives = 0
+
+    @classmethod
+    def from_file(cls, path: str, *, threshold: float | None = None, debounce: int | None = None,
+                  camera: str | None = None) -> ClassifierReward:
+        """The module of a classifier file; threshold, debounce and camera default to the file's own."""
+        model = OnnxClassifier(find_asset(path, what="reward classifier file"))
+        spec = model.spec
+        return cls(model.prob, camera or spec.camera, threshold=spec.threshold if threshold is None else threshold,
+                   debounce=spec.debounce if debounce is None else debounce)
+
+    def reset(self) -> None:
+        self._positives = 0
+
+    def __call__(self, state: RobotState, commands: Mapping[str, np.ndarray]) -> RewardStep:
+        frame = state.images.get(self.camera)
+        if frame is None:
+            raise ValueError(f"classifier reward: the robot's state carries no frame of camera {self.camera!r} "
+                             f"(cameras in the state: {', '.join(state.images) or 'none'})")
+        p = self.prob(frame)
+        self._positives = debounce_count(self._positives, p >= self.threshold)
+        success = self._positives >= self.debounce
+        r = self.success_reward if success else 0.0
+        return RewardStep(r, success=success, terms={self.name: r, "classifier_prob": p})
+
+
 class ComposedReward:
     """Several modules as one: rewards summed, success / failure if any module reports it."""
 
@@ -242,14 +293,52 @@ class ComposedReward:
                           failure=any(s.failure for s in steps), terms=terms)
 
 
-REWARD_MODULES = ("goal_distance", "velocity_tracking", "operator")
-"""Reward modules the policy node and the deploy command build by name (`make_reward`)."""
+REWARD_MODULES = ("goal_distance", "velocity_tracking", "operator", "classifier")
+"""Reward modules the policy node and the deploy command build by name (`make_reward`); `classifier` is given with
+its model file: `classifier:<model.onnx>[,threshold=T][,debounce=N][,camera=C]` (`parse_reward_spec`)."""
+CLASSIFIER_OPTIONS = ("threshold", "debounce", "camera")
+
+
+def parse_reward_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """A reward as given on the command line or in RuntimeConfig.rewards -> (module name, options).
+
+    `goal_distance` -> ("goal_distance", {}); `classifier:m.onnx,threshold=0.7` -> ("classifier", {"path": "m.onnx",
+    "threshold": "0.7"}). ValueError (one line) for an unknown name, a classifier without its file, or a bad option.
+    """
+    name, sep, rest = str(spec).partition(":")
+    if name not in REWARD_MODULES:
+        raise ValueError(f"reward {spec!r}: allowed values are {', '.join(REWARD_MODULES)} (classifier as "
+                         "classifier:<model.onnx>)")
+    if name != "classifier":
+        if sep:
+            raise ValueError(f"reward {spec!r}: {name} takes no options")
+        return name, {}
+    path, *pairs = rest.split(",")
+    if not path:
+        raise ValueError(f"reward {spec!r}: name the model file, classifier:<model.onnx>[,threshold=T][,debounce=N]"
+                         "[,camera=C]")
+    options = {"path": path}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in CLASSIFIER_OPTIONS or not value:
+            raise ValueError(f"reward {spec!r}: option {pair!r}: expected key=value with key one of "
+                             f"{', '.join(CLASSIFIER_OPTIONS)}")
+        options[key] = value
+    try:
+        if "threshold" in options:
+            check_threshold(float(options["threshold"]))
+        if "debounce" in options:
+            check_debounce(int(options["debounce"]))
+    except ValueError as exc:
+        raise ValueError(f"reward {spec!r}: {exc}") from None
+    return name, options
 
 
 def make_reward(names: Sequence[str], hw: HardwareSpec) -> ComposedReward:
-    """The composition of reward modules named in `names` (defaults for their settings)."""
+    """The composition of the reward modules given in `names` (`parse_reward_spec`; defaults for their settings)."""
     modules: list[RewardModule] = []
-    for name in names:
+    for spec in names:
+        name, options = parse_reward_spec(spec)
         if name == "goal_distance":
             modules.append(GoalDistanceReward())
         elif name == "velocity_tracking":
@@ -258,7 +347,10 @@ def make_reward(names: Sequence[str], hw: HardwareSpec) -> ComposedReward:
         elif name == "operator":
             modules.append(OperatorLabelReward())
         else:
-            raise ValueError(f"reward {name!r}: allowed values are {', '.join(REWARD_MODULES)}")
+            threshold, debounce = options.get("threshold"), options.get("debounce")
+            modules.append(ClassifierReward.from_file(
+                options["path"], threshold=None if threshold is None else float(threshold),
+                debounce=None if debounce is None else int(debounce), camera=options.get("camera")))
     return ComposedReward(modules)
 
 

@@ -47,7 +47,13 @@ from robo_rl.deploy.estimation import BaseVelocityEstimator, EstimatingRobot, ma
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.reset_modules import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
-from robo_rl.deploy.reward_modules import REWARD_MODULES, EpisodeEvent, EpisodeTracker, OperatorLabelReward, make_reward
+from robo_rl.deploy.reward_modules import (
+    EpisodeEvent,
+    EpisodeTracker,
+    OperatorLabelReward,
+    make_reward,
+    parse_reward_spec,
+)
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, OPERATOR_REQUESTS
 from robo_rl.deploy.state_machine import Mode
@@ -78,7 +84,8 @@ class RuntimeConfig:
     reset_module: str = "home"
     """What `reset` runs: home, random or operator (resets.RESET_MODULES)."""
     rewards: tuple[str, ...] = ()
-    """Reward modules scored every POLICY tick, summed (rewards.REWARD_MODULES); () for none."""
+    """Reward modules scored every POLICY tick, summed (reward_modules.REWARD_MODULES; a classifier as
+    `classifier:<model.onnx>`, see parse_reward_spec); () for none."""
     end_episode_on_done: bool = True
     """On the first success or failure, leave POLICY for READY (holding the pose) until `reset` / `start`."""
     allow_unsafe_hardware: bool = False
@@ -100,9 +107,11 @@ class RuntimeConfig:
         check_realtime_priority(self.realtime_priority)
         if self.reset_module not in RESET_MODULES:
             raise ValueError(f"reset_module {self.reset_module!r}: allowed values are {', '.join(RESET_MODULES)}")
-        for name in self.rewards:
-            if name not in REWARD_MODULES:
-                raise ValueError(f"rewards: {name!r} is not a reward module; allowed: {', '.join(REWARD_MODULES)}")
+        for spec in self.rewards:
+            try:
+                parse_reward_spec(spec)
+            except ValueError as exc:
+                raise ValueError(f"rewards: {exc}") from None
 
 
 def load_for_deploy(policy_path: str | Path, hardware_path: str | Path, *,

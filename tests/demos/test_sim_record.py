@@ -28,3 +28,15 @@ def test_each_episode_of_a_task_with_instructions_is_recorded_with_its_instructi
         assert reader.meta.episodes[e]["tasks"] == [want[world]]
         assert {tasks[i] for i in episode["task_index"].tolist()} == {want[world]}  # every frame
     assert set(tasks) == set(want) and not set(tasks) & {env.description, "arm-pick-place-vision"}
+
+
+def test_a_task_with_a_success_state_records_it_after_every_step(tmp_path):
+    """arm-pick-place: `next.success` is the task's success after each step, the episode's final success on its last
+    frame (the world is reset inside that step), so the reward classifier can label frames; the expert succeeds."""
+    summary = record_expert("arm-pick-place", 2, tmp_path / "ds", num_envs=2, seed=0)
+    reader = DatasetReader(tmp_path / "ds")
+    assert reader.features["next.success"]["dtype"] == "bool" and summary["success_rate"] == 1.0
+    for e in range(2):
+        success = reader.episode(e, images=False)["next.success"].astype(bool)
+        assert not success[0] and success[-1]  # the cube starts off its target and ends on it
+        assert 0.2 < success.mean() < 0.8  # placed part-way through the episode and kept there

@@ -222,7 +222,7 @@ def test_activate_needs_fresh_state_and_config_is_checked(tmp_path):
     assert rt.controller is None
     for bad, match in ((dict(command_interface="effort"), "command_interface 'effort': allowed values are"),
                        (dict(cmd_vel_timeout_s=0.0), "cmd_vel_timeout_s = 0.0: must be a finite number > 0"),
-                       (dict(rewards=("speed",)), "rewards: 'speed' is not a reward module"),
+                       (dict(rewards=("speed",)), "rewards: reward 'speed': allowed values are goal_distance"),
                        (dict(reset_module="teleport"), "reset_module 'teleport': allowed values"),
                        (dict(realtime_priority=-1), r"realtime_priority = -1: must be an integer in \[0, 99\]")):
         with pytest.raises(ValueError, match=match):

@@ -18,6 +18,7 @@ pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
 
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
+from robo_rl.deploy.dds_settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand  # noqa: E402
 from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig  # noqa: E402
@@ -28,7 +29,6 @@ from robo_rl.deploy.transports.dds.dds_robot import DdsRobot  # noqa: E402
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint  # noqa: E402
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient  # noqa: E402
 from robo_rl.deploy.transports.dds.operator import DdsOperatorLink  # noqa: E402
-from robo_rl.deploy.transports.dds.settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.transports.dds.twin_server import DdsTwinServer  # noqa: E402
 from robo_rl.deploy.transports.sim import SimRobot  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402

@@ -25,13 +25,13 @@ import numpy as np
 
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.dds_settings import DdsSettings
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint, LatestSample
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient, release_sport_mode
-from robo_rl.deploy.transports.dds.settings import DdsSettings
 
 
 class DdsRobot:

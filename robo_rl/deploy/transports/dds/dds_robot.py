@@ -53,6 +53,7 @@ class DdsRobot:
         self._own_endpoint = endpoint is None
         self.endpoint = endpoint or DdsEndpoint(domain_id)
         self.types = dt.dds_message_types()
+        self._encode = rm.CommandEncoder(self.types, settings.command_interface, control_dt, hw.velocity_limits)
         legged = hw.kind == "legged"
         self.state = rm.StateAssembler(hw, needs_imu=legged, needs_ee=needs_ee and settings.profile == "ros2")
         self.sent = 0
@@ -120,7 +121,7 @@ class DdsRobot:
         if self.settings.profile == "unitree":
             msg = unitree.low_cmd_message(command, self.hw)
         else:
-            msg = rm.encode_command(self.types, self.settings.command_interface, command, self.control_dt)
+            msg = self._encode(command)
         self._writer.write(msg)
         self.sent += 1
 

@@ -226,6 +226,7 @@ class PolicyRuntime:
         self.estimator: BaseVelocityEstimator | None = None
         self.heartbeat = EstopHeartbeat(config.estop_timeout_s) if config.estop_timeout_s > 0 else None
         self._heartbeat_lost = False  # said once per loss
+        self._deactivated = False  # the last damping command went out (deactivate runs once per attach)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.events: list[EpisodeEvent] = []  # the last events, for status and tests (bounded)
@@ -306,6 +307,7 @@ class PolicyRuntime:
         c.on_tick = self._on_tick
         c.on_warning = self._warn
         self.controller = c
+        self._deactivated = False
         return c
 
     def subscribe(self, *, on_event: Callable[[EpisodeEvent], None] | None = None,
@@ -317,14 +319,16 @@ class PolicyRuntime:
             self._record_sinks.append(on_record)
 
     def deactivate(self) -> None:
-        """DAMP, stop the loop, send one last damping command (what Ctrl-C does)."""
+        """DAMP, stop the loop, send one last damping command (what Ctrl-C does); once per `attach`, so a later
+        cleanup (after a signal's teardown shut the middleware down) sends nothing more."""
         c = self.controller
-        if c is None:
+        if c is None or self._deactivated:
             return
         c.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self._deactivated = True
         c.shutdown()
         self._thread = None
 

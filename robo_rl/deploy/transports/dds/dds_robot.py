@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.dds_settings import DdsSettings
@@ -88,16 +86,7 @@ class DdsRobot:
                 f"({self.settings.profile}{interface})")
 
     def _on_low_state(self, msg: dt.LowState_, received: float) -> None:
-        try:
-            q, dq, tau, quat, gyro, acc, foot_force, stamp = unitree.read_low_state(msg, self.hw)
-        except ValueError as exc:
-            self.state._reject("lowstate", exc)
-            return
-        if self.hw.quaternion_order == "xyzw":
-            quat = np.array([quat[1], quat[2], quat[3], quat[0]])
-        self.state.set_joints(self.hw.joint_names, q, dq, tau, stamp, received)
-        self.state.set_imu(quat, gyro, received, acc=acc)
-        self.state.set_foot_force(foot_force)
+        unitree.store_low_state(self.state, msg, self.hw, received)
 
     def poll(self) -> None:
         """Take the newest sample of every state topic into the assembler (thread-safe)."""

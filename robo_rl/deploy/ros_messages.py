@@ -332,8 +332,11 @@ class CommandEncoder:
 def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     """A command message as a JointCommand, what a driver (here the sim twin) would apply.
 
-    forward_position and joint_trajectory carry positions only: the robot's own position loop applies
-    them with its own gains, which the twin takes from the hardware file (hw.kp, hw.kd).
+    forward_position and joint_trajectory carry positions for the robot's own position loop, which applies them
+    with its own gains; the twin's loop is the training's actuator (the hardware file's hw.kp, hw.kd, damping towards
+    rest), so a trajectory point's velocities (how the path moves on, for a trajectory controller's interpolation)
+    are checked but not applied: the training's PD with MuJoCo gains and a velocity target would drive the arm
+    harder than the policy ever saw.
 
     Raises:
         ValueError: the message does not match the interface or the robot's joints (one line).
@@ -353,10 +356,7 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
         idx = hw.index_of(names)
         q_robot = np.full(n, np.nan)  # joints left out stay NaN: the filter refuses such a command
         q_robot[idx] = q
-        dq_robot = zeros.copy()
-        if dq.size:
-            dq_robot[idx] = dq
-        return JointCommand(hw.joint_names, q_robot, dq_robot, hw.kp.copy(), hw.kd.copy(), zeros.copy())
+        return JointCommand(hw.joint_names, q_robot, zeros.copy(), hw.kp.copy(), hw.kd.copy(), zeros.copy())
     labels, data = read_multi_array(msg)
     if interface == "forward_position":
         if data.shape != (n,):

@@ -29,7 +29,7 @@ MODULES = sorted((PKG / "robo_rl_ros").glob("*.py"))
 TESTS = sorted((PKG / "test").glob("*.py"))
 TEST_MODULES = [p for p in TESTS if p.name.startswith("test_")]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
-NOT_ROS = {"robo_rl", "robo_rl_ros", "numpy", "yaml", "pytest",  # pip / package-local, not ROS packages
+NOT_ROS = {"robo_rl", "robo_rl_ros", "launch_helpers", "numpy", "yaml", "pytest",  # pip / package-local
            "rosbags", "cv2"}  # installed with robo_rl[demos] (cv2 is also rosdep's python3-opencv, declared)
 
 

@@ -269,7 +269,7 @@ class PolicyRuntime:
         end = self._clock() + self.config.state_wait_s
         first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
         self.policy.inputs.check_cameras(first.images)  # a camera the policy reads, missing or of another size
-        self._wait_for_heartbeat(end)
+        self.wait_for_heartbeat(max(0.0, end - self._clock()))
         c = self.attach(robot)
         c.request_ramp()
         self._stop.clear()
@@ -278,10 +278,12 @@ class PolicyRuntime:
         self._thread.start()
         return first
 
-    def _wait_for_heartbeat(self, end: float) -> None:
-        """Return once the e-stop heartbeat is alive (or none is expected); ValueError (one line) at `end`."""
+    def wait_for_heartbeat(self, timeout_s: float) -> None:
+        """Return once the e-stop heartbeat is alive (or none is expected); ValueError (one line) after `timeout_s`.
+        `activate` checks it; a transport that hands the motors over first (a Go2's sport mode) checks it before."""
         if self.heartbeat is None:
             return
+        end = self._clock() + timeout_s
         while (missing := self.heartbeat.missing(self._clock())) is not None:
             if self._clock() >= end:
                 raise ValueError(f"{missing}; refusing to activate")

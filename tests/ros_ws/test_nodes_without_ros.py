@@ -144,6 +144,32 @@ def test_go2_unitree_profile_reads_lowstate_and_sends_lowcmd_with_crc(ros):
     node.on_cleanup(None)
 
 
+def test_go2_activate_refuses_without_heartbeat_before_releasing_the_sport_mode(ros):
+    pytest.importorskip("cyclonedds", reason="the unitree profile needs cyclonedds (the dds extra)")
+    from dataclasses import replace
+
+    from robo_rl.deploy.transports.dds import dds_types as dt
+    from robo_rl.deploy.transports.dds import unitree
+    from robo_rl.deploy.transports.dds import unitree_ros as ur
+
+    node = policy_node(ros, policy_path=str(REPO / "policies" / "go2_walk.onnx"),
+                       hardware_config=str(REPO / "hardware" / "go2.yaml"), command_interface="", dry_run=False)
+    assert node.on_configure(None).name == "SUCCESS"
+    node.runtime.config = replace(node.runtime.config, state_wait_s=0.3)
+    released = []
+    node.robot.take_control = lambda: released.append(True)
+    low = dt.LowState_(head=[0xFE, 0xEF], level_flag=0xFF)
+    low.imu_state.quaternion = [1.0, 0.0, 0.0, 0.0]
+    low.crc = unitree.unitree_crc(low)
+    classes = {n: getattr(__import__("unitree_go.msg").msg, n) for n in ur.MESSAGE_NAMES}
+    ros.deliver("/lowstate", ur.low_state_to_ros(low, classes))  # the robot answers, fresh
+    assert node.on_activate(None).name == "FAILURE" and released == []  # nothing handed over without an e-stop
+    level, line = node.logger.lines[-1]
+    assert level == "error" and line.startswith("activate failed: no e-stop heartbeat: nothing received on estop")
+    assert [p for p in node.publishers if not p.lifecycle][0].published == []  # nothing sent
+    node.on_cleanup(None)
+
+
 class FakeArm:
     """Publishes the Panda's default pose on joint_states (and ee_position) and an e-stop heartbeat, as the robot,
     its drivers and the operator's station would."""

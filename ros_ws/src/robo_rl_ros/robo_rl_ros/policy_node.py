@@ -127,6 +127,7 @@ class PolicyNode(LifecycleNode):
         try:
             if not runtime.config.dry_run:  # a Go2's sport mode: released once the robot answers, before any command
                 wait_for_fresh_state(self.robot, runtime.config.state_wait_s, runtime.hw.safety.state_timeout_s)
+                runtime.wait_for_heartbeat(runtime.config.state_wait_s)  # nothing handed over without an e-stop
                 take_control(self.robot)
             runtime.activate(self.robot)
         except ValueError as exc:

@@ -216,7 +216,7 @@ def main() -> None:
             targets.append(("loop_jitter_p99_ms_50hz", jitter_p99, "<", 1.0))
 
     if not args.no_dds:
-        from robo_rl.deploy.transports.dds.settings import MAX_DOMAIN_ID, loopback_config
+        from robo_rl.deploy.dds_settings import MAX_DOMAIN_ID, loopback_config
 
         os.environ["CYCLONEDDS_URI"] = loopback_config()  # loopback only; the child processes inherit it
         domain = random.SystemRandom().randint(1, MAX_DOMAIN_ID)

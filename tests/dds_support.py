@@ -24,7 +24,7 @@ from tests.workers import worker_slot
 
 pytest.importorskip("cyclonedds", reason="the DDS transport needs cyclonedds (pip install '.[dds]')")
 
-from robo_rl.deploy.transports.dds.settings import MAX_DOMAIN_ID, loopback_config  # noqa: E402
+from robo_rl.deploy.dds_settings import MAX_DOMAIN_ID, loopback_config  # noqa: E402
 
 LOOPBACK_URI = loopback_config()
 

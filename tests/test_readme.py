@@ -48,7 +48,7 @@ def test_readme_tasks_command_runs(capsys):
     assert "arm-reach" in capsys.readouterr().out
 
 
-ROS_SIDE = ("ros2 ", "colcon ", "cd ros_ws")
+ROS_SIDE = ("ros2 ", "colcon ", "cd ros_ws", "./run_tests.sh")
 """Commands run in a sourced ROS 2 shell (no ROS here: checked against the package, see below)."""
 
 
@@ -62,7 +62,9 @@ def test_readme_ros_commands_name_what_the_package_has():
     from robo_rl.deploy import ros_interface as names
 
     ros = [line for line in LINES if line.startswith(ROS_SIDE)]
-    assert any("colcon build" in line for line in ros) and any("colcon test" in line for line in ros)
+    assert any("colcon build" in line for line in ros)
+    assert any(line.startswith("./run_tests.sh") for line in ros)  # after `cd ros_ws`: colcon build + test
+    assert "colcon test" in (REPO / "ros_ws" / "run_tests.sh").read_text()
     services = {s.removeprefix("~/") for s in (names.START_SERVICE, names.STOP_SERVICE, names.RESET_ESTOP_SERVICE,
                                                 names.RESET_SERVICE)}
     for line in ros:
@@ -79,7 +81,8 @@ def test_readme_ros_commands_name_what_the_package_has():
             node, service = words[3].rsplit("/", 1)
             assert node == f"/{names.POLICY_NODE}" and service in services and words[4] == "std_srvs/srv/Trigger"
         elif words[:3] == ["ros2", "topic", "pub"]:
-            assert words[4] == "/" + names.ESTOP.name and words[5] == names.ESTOP.ros_type, line
+            args = [w for i, w in enumerate(words[3:]) if not w.startswith("-") and (i == 0 or words[2 + i] != "-r")]
+            assert args[0] == "/" + names.ESTOP.name and args[1] == names.ESTOP.ros_type, line  # --once, -r RATE
         elif words[:2] == ["ros2", "lifecycle"]:
             assert words[3] == f"/{names.POLICY_NODE}" and words[4] in ("configure", "activate"), line
 

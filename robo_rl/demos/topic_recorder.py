@@ -12,6 +12,7 @@ failure or reset end it); with `use_events=False` one episode runs from the firs
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,40 @@ from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.deploy import ros_messages as rm
 
 END_KINDS = ("success", "failure", "reset")
+IMAGE_TOPIC_SUFFIXES = ("compressed", "image_raw", "image_rect_raw", "image_rect", "image_color", "image_rect_color",
+                        "image_mono", "image")
+"""Trailing topic segments that name the image stream, not the camera (image_transport's and camera drivers')."""
+
+
+def split_topics(text: str) -> list[str]:
+    """The `camera_topics` parameter ("topic,topic", spaces allowed) as a list of topics."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def camera_name(topic: str) -> str:
+    """Dataset camera name of an image topic: the topic path without its image-stream suffixes, "_"-joined.
+
+    "/camera/color/image_raw/compressed" -> "camera_color", "/wrist_cam/image_raw" -> "wrist_cam".
+    """
+    parts = [p for p in topic.strip("/").split("/") if p]
+    while len(parts) > 1 and parts[-1] in IMAGE_TOPIC_SUFFIXES:
+        parts.pop()
+    return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts))
+
+
+def camera_names(topics: Sequence[str]) -> dict[str, str]:
+    """{topic: camera name} of image topics; ValueError (one line) when a name is empty or two topics share one."""
+    out: dict[str, str] = {}
+    for topic in topics:
+        name = camera_name(topic)
+        if not name:
+            raise ValueError(f"camera_topics: {topic!r} names no camera")
+        clash = next((other for other, n in out.items() if n == name), None)
+        if clash is not None:
+            raise ValueError(f"camera_topics: {clash!r} and {topic!r} both make the camera name {name!r}; "
+                             "record one stream per camera")
+        out[topic] = name
+    return out
 
 
 class TopicRecorder:

@@ -291,11 +291,11 @@ class Controller:
         with self._lock:
             self.state_machine.stop(self._clock(), reason)
 
-    def estop(self) -> None:
-        """-> ESTOP, latched in both the state machine and the safety filter."""
+    def estop(self, reason: str = "estop") -> None:
+        """-> ESTOP, latched in both the state machine and the safety filter; `reason` is kept as the fault reason."""
         with self._lock:
             self.safety.estop()
-            self.state_machine.estop(self._clock())
+            self.state_machine.estop(self._clock(), reason)
 
     def reset(self) -> None:
         """DAMP or ESTOP -> PASSIVE and release the e-stop; ValueError from any other mode."""

@@ -54,6 +54,17 @@ def dds_topic_name(topic: str, namespace: str = "", node: str = POLICY_NODE) -> 
     return "rt" + resolve_topic(topic, namespace, node)
 
 
+def ros_topic_name(dds_topic: str) -> str:
+    """ROS 2 name of a DDS topic that follows ROS 2's naming: "rt/lowstate" -> "/lowstate".
+
+    Raises:
+        ValueError: a DDS name without the "rt/" prefix (no ROS 2 node can reach it).
+    """
+    if not dds_topic.startswith("rt/") or len(dds_topic) == 3:
+        raise ValueError(f"DDS topic {dds_topic!r}: a ROS 2 node reaches only topics named 'rt/<name>'")
+    return dds_topic[2:]
+
+
 # ---------------------------------------------------------------------------------------------- QoS
 @dataclass(frozen=True)
 class QosSpec:
@@ -125,7 +136,14 @@ CMD_VEL = TopicSpec("cmd_vel", TWIST, COMMAND_QOS)
 TARGET_POSE = TopicSpec("target_pose", POSE_STAMPED, COMMAND_QOS)
 """End-effector target (position used) for reaching policies, robot base frame."""
 ESTOP = TopicSpec("estop", BOOL, COMMAND_QOS)
-"""True latches ESTOP (damping only) until `reset_estop`; False does not release it."""
+"""True latches ESTOP (damping only) until `reset_estop`; False does not release it. Also a heartbeat: with the
+policy node's `estop_timeout_s` > 0, every message (True or False) counts, and none for that long latches ESTOP
+(activate refuses until one arrived). Publish at least twice per timeout, e.g. `ros2 topic pub -r 10 /estop
+std_msgs/msg/Bool "{data: false}"` from the operator's station.
+
+The deadline is checked by the node itself (robo_rl.deploy.estop_heartbeat), not requested as a DDS deadline or
+liveliness QoS: a subscription requesting a finite deadline or lease does not match a publisher that offers none
+(request-vs-offer), which is every `ros2 topic pub` and most e-stop bridges, so the e-stop would go deaf."""
 OPERATOR = TopicSpec("robo_rl/operator", STRING, COMMAND_QOS)
 """Plain-DDS stand-in for the node's services: one of OPERATOR_REQUESTS as the string."""
 
@@ -179,13 +197,51 @@ OPERATOR_REQUESTS = ("start", "stop", "estop", "reset_estop", "reset")
 PARAMETERS = {
     "policy_path": "policies/go2_walk.onnx",
     "hardware_config": "hardware/go2.yaml",
-    "command_interface": "forward_position",
-    "dry_run": False,
+    "command_interface": "",
+    "dry_run": True,
     "cmd_vel_timeout_s": 0.5,
     "diagnostics_period_s": 1.0,
     "reset_module": "home",
     "realtime_priority": 50,
+    "estop_timeout_s": 0.5,
 }
-"""Parameters of the policy node and their defaults (see robo_rl.deploy.runtime.RuntimeConfig)."""
-LAUNCH_ARGUMENTS = ("policy", "robot", "use_sim", "dry_run")
+"""Parameters of the policy node and their defaults (see robo_rl.deploy.runtime.RuntimeConfig). `dry_run` is True:
+`ros2 run` without the launch file sends no command."""
+PARAMETER_DESCRIPTIONS = {
+    "policy_path": "exported ONNX policy (policies/<name>.onnx); read at configure",
+    "hardware_config": "robot description (hardware/<robot>.yaml): joints, limits, gains, topics; fixed at launch",
+    "command_interface": "forward_position, joint_trajectory or pd_targets (the ros2 profile with that controller); "
+                         "empty: the hardware file's transport.dds (a Go2: unitree lowcmd); fixed at launch",
+    "dry_run": "run everything but send no command; read at configure (cleanup, set, configure to change it)",
+    "cmd_vel_timeout_s": "a velocity command older than this (s) becomes zero; read at configure",
+    "diagnostics_period_s": "period of /diagnostics (s); read at configure",
+    "reset_module": "what ~/reset runs: home, random or operator; read at configure",
+    "realtime_priority": "SCHED_FIFO priority of the control thread (1-99; 0: normal scheduling); read at configure",
+    "estop_timeout_s": "e-stop heartbeat deadline (s): no message on estop for this long latches ESTOP and activate "
+                       "refuses without one; 0: no heartbeat expected; read at configure",
+}
+"""What `ros2 param describe` shows for each parameter (the node's ParameterDescriptors)."""
+READ_ONLY_PARAMETERS = ("hardware_config", "command_interface")
+"""Parameters fixed for the node's life (read-only descriptors): the robot and the controller it talks to are set by
+the launch, with the twin or the robot's drivers beside it. The others may change only while unconfigured
+(robo_rl.deploy.ros_parameters)."""
+LAUNCH_ARGUMENTS = ("policy", "robot", "use_sim", "dry_run", "command_interface", "namespace", "remappings",
+                    "estop_timeout_s")
 """Launch arguments every launch file declares."""
+
+
+def parse_remappings(text: str) -> list[tuple[str, str]]:
+    """Launch argument `remappings` ("from:=to,from:=to", ROS 2's remapping syntax) as (from, to) pairs.
+
+    Raises:
+        ValueError: an entry that is not `from:=to` with both names non-empty (one line naming it).
+    """
+    pairs = []
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        source, sep, target = (s.strip() for s in entry.partition(":="))
+        if not sep or not source or not target or ":=" in target:
+            raise ValueError(f"remappings entry {entry!r}: expected from:=to (entries separated by commas)")
+        pairs.append((source, target))
+    return pairs

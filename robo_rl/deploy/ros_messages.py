@@ -252,14 +252,36 @@ def check_command_interface(interface: str) -> str:
     return interface
 
 
-def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, period: float) -> Any:
+def trajectory_velocities(cmd: JointCommand, previous_q: np.ndarray | None, period: float) -> np.ndarray:
+    """(J,) velocities of the joint_trajectory point of `cmd`, reached `period` s from now.
+
+    A zero velocity at every point would make a joint trajectory controller bring the arm to rest each tick, so:
+    the command's own `dq` when it has one; else the targets' rate of change since the previous command
+    ((q - previous_q) / period); zero for a command with no stiffness (PASSIVE, DAMP, ESTOP hold the measured pose:
+    come to rest there) and for the first command of a stream.
+    """
+    q = np.asarray(cmd.q, dtype=np.float64)
+    if not np.any(cmd.kp):
+        return np.zeros_like(q)
+    if np.any(cmd.dq):
+        return np.asarray(cmd.dq, dtype=np.float64).copy()
+    if previous_q is None or np.shape(previous_q) != q.shape:
+        return np.zeros_like(q)
+    return (q - previous_q) / period
+
+
+def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, period: float, *,
+                   previous_q: np.ndarray | None = None) -> Any:
     """The message carrying a (filtered) command on `interface`.
 
     Args:
         types: message classes of the binding.
         interface: one of COMMAND_INTERFACES.
         cmd: command in the robot's joint order (what `SafetyFilter.filter_command` returns).
-        period: control period (s): a joint_trajectory point is to be reached one period later.
+        period: control period (s), the contract's policy_dt: a joint_trajectory point is reached one period later
+            (`time_from_start`), so the controller moves on to the next point without stopping.
+        previous_q: (J,) the previous command's targets, for the point's velocities (`trajectory_velocities`);
+            `CommandEncoder` keeps it for a stream of commands.
     """
     check_command_interface(interface)
     if interface == "forward_position":
@@ -269,7 +291,7 @@ def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, perio
         return multi_array_message(types, rows, ("command", "joints"))
     point = types.JointTrajectoryPoint(
         positions=types.float64_array(np.asarray(cmd.q, dtype=np.float64)),
-        velocities=types.float64_array(np.asarray(cmd.dq, dtype=np.float64)),
+        velocities=types.float64_array(trajectory_velocities(cmd, previous_q, period)),
         accelerations=types.float64_array(np.zeros(0)),
         effort=types.float64_array(np.zeros(0)),
         time_from_start=make_duration(types, period),
@@ -278,11 +300,43 @@ def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, perio
     return types.JointTrajectory(header=make_header(types, 0.0), joint_names=list(cmd.joint_names), points=[point])
 
 
+class CommandEncoder:
+    """`encode_command` for a stream of commands (one transport's), remembering the previous targets.
+
+    Args:
+        types: message classes of the binding.
+        interface: one of COMMAND_INTERFACES.
+        period: control period (s).
+        velocity_limits: (J,) rad/s; joint_trajectory velocities are clipped to them (a rate-limited step can ask
+            for more than the joint can do). None: not clipped.
+    """
+
+    def __init__(self, types: MessageTypes, interface: str, period: float,
+                 velocity_limits: np.ndarray | None = None):
+        self.types = types
+        self.interface = check_command_interface(interface)
+        self.period = float(period)
+        self.velocity_limits = None if velocity_limits is None else np.asarray(velocity_limits, dtype=np.float64)
+        self._previous_q: np.ndarray | None = None
+
+    def __call__(self, cmd: JointCommand) -> Any:
+        msg = encode_command(self.types, self.interface, cmd, self.period, previous_q=self._previous_q)
+        if self.interface == "joint_trajectory" and self.velocity_limits is not None:
+            point = msg.points[0]
+            v = np.clip(np.asarray(point.velocities, dtype=np.float64), -self.velocity_limits, self.velocity_limits)
+            point.velocities = self.types.float64_array(v)
+        self._previous_q = np.array(cmd.q, dtype=np.float64) if np.any(cmd.kp) else None
+        return msg
+
+
 def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     """A command message as a JointCommand, what a driver (here the sim twin) would apply.
 
-    forward_position and joint_trajectory carry positions only: the robot's own position loop applies
-    them with its own gains, which the twin takes from the hardware file (hw.kp, hw.kd).
+    forward_position and joint_trajectory carry positions for the robot's own position loop, which applies them
+    with its own gains; the twin's loop is the training's actuator (the hardware file's hw.kp, hw.kd, damping towards
+    rest), so a trajectory point's velocities (how the path moves on, for a trajectory controller's interpolation)
+    are checked but not applied: the training's PD with MuJoCo gains and a velocity target would drive the arm
+    harder than the policy ever saw.
 
     Raises:
         ValueError: the message does not match the interface or the robot's joints (one line).
@@ -302,10 +356,7 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
         idx = hw.index_of(names)
         q_robot = np.full(n, np.nan)  # joints left out stay NaN: the filter refuses such a command
         q_robot[idx] = q
-        dq_robot = zeros.copy()
-        if dq.size:
-            dq_robot[idx] = dq
-        return JointCommand(hw.joint_names, q_robot, dq_robot, hw.kp.copy(), hw.kd.copy(), zeros.copy())
+        return JointCommand(hw.joint_names, q_robot, zeros.copy(), hw.kp.copy(), hw.kd.copy(), zeros.copy())
     labels, data = read_multi_array(msg)
     if interface == "forward_position":
         if data.shape != (n,):

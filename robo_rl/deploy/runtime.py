@@ -24,9 +24,11 @@ Operator actions (services `~/start` ..., words on the operator topic, keys in t
     success, failure   operator labels for the operator reward module
     confirm      confirms an operator-confirmed reset
 
-Inputs: `set_velocity_command` (cmd_vel; zeroed after `cmd_vel_timeout_s` without a new one) and
-`set_target` (target_pose). Outputs through callbacks: episode events (JSON-able), and per POLICY tick the
-observation and the filtered command (recording); `diagnostics()` for /diagnostics.
+Inputs: `set_velocity_command` (cmd_vel; zeroed after `cmd_vel_timeout_s` without a new one),
+`set_target` (target_pose) and `estop_message` (every e-stop message: True latches ESTOP; with `estop_timeout_s`
+> 0 each one is also a heartbeat, robo_rl.deploy.estop_heartbeat). Outputs through callbacks: episode events
+(JSON-able), and per POLICY tick the observation and the filtered command (recording); `diagnostics()` for
+/diagnostics.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import numpy as np
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller, check_realtime_priority
 from robo_rl.deploy.estimation import BaseVelocityEstimator, EstimatingRobot, make_base_velocity_estimator
+from robo_rl.deploy.estop_heartbeat import EstopHeartbeat, check_estop_timeout
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.reset_modules import RESET_MODULES, OperatorConfirmedReset, ResetError, make_reset, run_reset
@@ -93,6 +96,9 @@ class RuntimeConfig:
     realtime_priority: int = REALTIME_PRIORITY
     """SCHED_FIFO priority (1-99) of the control thread; 0: normal scheduling. Needs root, CAP_SYS_NICE or an
     rtprio limit; without it the loop runs at normal priority and says so once."""
+    estop_timeout_s: float = 0.0
+    """E-stop heartbeat deadline (s): activate refuses until an e-stop message (True or False) arrived, and none for
+    this long latches ESTOP. 0: no heartbeat expected (the e-stop topic, a key or a word still latch ESTOP)."""
 
     def validate(self) -> None:
         """ValueError (one line) for a bad field."""
@@ -105,6 +111,7 @@ class RuntimeConfig:
                                                                                       and value > 0):
                 raise ValueError(f"{key} = {value!r}: must be a finite number > 0 (s)")
         check_realtime_priority(self.realtime_priority)
+        check_estop_timeout(self.estop_timeout_s)
         if self.reset_module not in RESET_MODULES:
             raise ValueError(f"reset_module {self.reset_module!r}: allowed values are {', '.join(RESET_MODULES)}")
         for spec in self.rewards:
@@ -226,6 +233,9 @@ class PolicyRuntime:
         self.tracker: EpisodeTracker | None = None
         self.reset_module = None
         self.estimator: BaseVelocityEstimator | None = None
+        self.heartbeat = EstopHeartbeat(config.estop_timeout_s) if config.estop_timeout_s > 0 else None
+        self._heartbeat_lost = False  # said once per loss
+        self._deactivated = False  # the last damping command went out (deactivate runs once per attach)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.events: list[EpisodeEvent] = []  # the last events, for status and tests (bounded)
@@ -265,8 +275,10 @@ class PolicyRuntime:
         # Before the wait for fresh state, never after it: in a big process the collection itself outlasts the
         # state timeout, and the first tick would find the state it waited for already stale.
         gc.collect()
+        end = self._clock() + self.config.state_wait_s
         first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
         self.policy.inputs.check_cameras(first.images)  # a camera the policy reads, missing or of another size
+        self.wait_for_heartbeat(max(0.0, end - self._clock()))
         c = self.attach(robot)
         c.request_ramp()
         self._stop.clear()
@@ -274,6 +286,18 @@ class PolicyRuntime:
                                         name="robo_rl-control")
         self._thread.start()
         return first
+
+    def wait_for_heartbeat(self, timeout_s: float) -> None:
+        """Return once the e-stop heartbeat is alive (or none is expected); ValueError (one line) after `timeout_s`.
+        `activate` checks it; a transport that hands the motors over first (a Go2's sport mode) checks it before."""
+        if self.heartbeat is None:
+            return
+        end = self._clock() + timeout_s
+        while (missing := self.heartbeat.missing(self._clock())) is not None:
+            if self._clock() >= end:
+                raise ValueError(f"{missing}; refusing to activate")
+            time.sleep(0.01)
+        self._heartbeat_lost = False
 
     def attach(self, robot: RobotInterface) -> Controller:
         """Build the Controller (safety filter, state machine, loop) over `robot`, in PASSIVE, not running.
@@ -294,6 +318,7 @@ class PolicyRuntime:
         c.on_tick = self._on_tick
         c.on_warning = self._warn
         self.controller = c
+        self._deactivated = False
         return c
 
     def subscribe(self, *, on_event: Callable[[EpisodeEvent], None] | None = None,
@@ -305,14 +330,16 @@ class PolicyRuntime:
             self._record_sinks.append(on_record)
 
     def deactivate(self) -> None:
-        """DAMP, stop the loop, send one last damping command (what Ctrl-C does)."""
+        """DAMP, stop the loop, send one last damping command (what Ctrl-C does); once per `attach`, so a later
+        cleanup (after a signal's teardown shut the middleware down) sends nothing more."""
         c = self.controller
-        if c is None:
+        if c is None or self._deactivated:
             return
         c.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        self._deactivated = True
         c.shutdown()
         self._thread = None
 
@@ -361,6 +388,10 @@ class PolicyRuntime:
         c = self.controller
         if c.mode is not Mode.ESTOP:
             return False, f"reset_estop in mode {c.mode.name}: only allowed in ESTOP"
+        missing = self.heartbeat.missing(self._clock()) if self.heartbeat is not None else None
+        if missing is not None:
+            return False, f"reset_estop: {missing}"
+        self._heartbeat_lost = False
         c.reset()
         c.request_ramp()
         return True, "ESTOP released: PASSIVE -> RAMP (start again once READY)"
@@ -399,6 +430,13 @@ class PolicyRuntime:
         self.reset_module.confirm()
         return True, "reset confirmed"
 
+    def estop_message(self, pressed: bool, received: float | None = None) -> None:
+        """One message on the e-stop topic: a heartbeat (with `estop_timeout_s` > 0); True also latches ESTOP."""
+        if self.heartbeat is not None:
+            self.heartbeat.beat(self._clock() if received is None else received)
+        if pressed and self.controller is not None:
+            self.request("estop")
+
     def set_velocity_command(self, command: np.ndarray, received: float | None = None) -> None:
         """cmd_vel: (3,) (v_x, v_y, yaw rate); ignored if the policy takes none; zeroed after the timeout."""
         if self.policy is None or "velocity_command" not in self.policy.commands:
@@ -436,6 +474,14 @@ class PolicyRuntime:
         if stale:
             self.policy.set_command("velocity_command", np.zeros(3))
         c = self.controller
+        if self.heartbeat is not None and c.mode is not Mode.ESTOP:
+            missing = self.heartbeat.missing(now)
+            if missing is not None:  # the next command sent is the damping command
+                c.estop("estop_heartbeat")
+                c.last_error = missing
+                if not self._heartbeat_lost:
+                    self._heartbeat_lost = True
+                    self._warn(f"ESTOP: {missing}")
         mode = c.mode
         if mode is Mode.POLICY:
             for sink in self._record_sinks:
@@ -477,6 +523,7 @@ class PolicyRuntime:
             "episode": self.tracker.episode if self.tracker else 0,
             "hook_errors": c.hook_errors,
             "realtime_priority": c.realtime_priority if c.realtime_note is None else 0,
+            "estop_heartbeat": "off" if self.heartbeat is None else self.heartbeat.missing(self._clock()) or "ok",
         }
         values.update({f"interventions.{k}": v for k, v in sorted(c.intervention_counts.items())})
         for key, value in self.policy.commands.items():

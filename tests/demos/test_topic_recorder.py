@@ -71,3 +71,19 @@ def test_unknown_joint_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="joint_states: none of panda's joints \\(got jointX\\)"):
         rec.on_joint_state(bad)
     rec.close()
+
+
+def test_camera_names_come_from_the_whole_topic_path_and_never_collide():
+    from robo_rl.demos.topic_recorder import camera_name, camera_names, split_topics
+
+    assert camera_name("/camera/color/image_raw") == "camera_color"
+    assert camera_name("/camera/depth/image_rect_raw/compressed") == "camera_depth"
+    assert camera_name("wrist_cam/image_raw/compressed") == "wrist_cam"
+    assert camera_name("/image") == "image"  # a bare stream name stays the name
+    topics = split_topics(" /camera/color/image_raw/compressed, /camera/depth/image_rect_raw/compressed ,")
+    assert camera_names(topics) == {"/camera/color/image_raw/compressed": "camera_color",
+                                    "/camera/depth/image_rect_raw/compressed": "camera_depth"}  # no collision
+    with pytest.raises(ValueError, match=r"camera_topics: '/cam/image_raw' and '/cam/image_raw/compressed' both make "
+                                         r"the camera name 'cam'; record one stream per camera"):
+        camera_names(["/cam/image_raw", "/cam/image_raw/compressed"])
+    assert split_topics("") == []

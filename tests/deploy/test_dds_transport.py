@@ -18,6 +18,7 @@ pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
 
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
+from robo_rl.deploy.dds_settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand  # noqa: E402
 from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig  # noqa: E402
@@ -28,7 +29,6 @@ from robo_rl.deploy.transports.dds.dds_robot import DdsRobot  # noqa: E402
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint  # noqa: E402
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient  # noqa: E402
 from robo_rl.deploy.transports.dds.operator import DdsOperatorLink  # noqa: E402
-from robo_rl.deploy.transports.dds.settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.transports.dds.twin_server import DdsTwinServer  # noqa: E402
 from robo_rl.deploy.transports.sim import SimRobot  # noqa: E402
 from tests.conftest import REPO, run_cli  # noqa: E402
@@ -81,10 +81,12 @@ def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_doma
             wait_until(lambda: abs(client.read_state().q[0] - target[0]) < 0.03, 3.0, "joint1 to follow")
         applied = server.commands
         assert applied >= 20 and server.rejected == 0
-        if robot == "panda":  # a pd_targets command of the wrong shape
-            writer = bad.writer(PD_TOPIC, dt.Float64MultiArray, names.COMMAND_QOS)
-            writer.write(rm.multi_array_message(dt.dds_message_types(), np.zeros((5, 3)), ("command", "joints")))
-            why = "pd_targets: shape (5, 3), expected (5, 7)"
+        if robot == "panda":  # a joint_trajectory (panda.yaml's interface) with two points: the twin takes one
+            writer = bad.writer(settings.command_topic_name(), dt.JointTrajectory, names.COMMAND_QOS)
+            msg = rm.encode_command(dt.dds_message_types(), "joint_trajectory", hold(hw, target), 0.02)
+            msg.points = msg.points * 2
+            writer.write(msg)
+            why = "joint_trajectory: 2 points (the twin takes exactly 1)"
         else:  # a lowcmd whose CRC does not match
             writer = bad.writer("rt/lowcmd", dt.LowCmd_, names.COMMAND_QOS)
             msg = unitree.low_cmd_message(hold(hw, target), hw)

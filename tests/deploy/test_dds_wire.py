@@ -180,9 +180,10 @@ def test_command_encoding_round_trips_through_ros2_bytes(interface):
     else:  # position interfaces: the driver's own gains (the hardware file's)
         np.testing.assert_array_equal(back.kp, hw.kp)
         np.testing.assert_array_equal(back.kd, hw.kd)
-    if interface == "joint_trajectory":
+    if interface == "joint_trajectory":  # the point moves on at the command's dq; the twin's loop brakes to rest
         assert msg.points[0].time_from_start.nanosec == 20_000_000
-        np.testing.assert_array_equal(back.dq, cmd.dq)
+        np.testing.assert_array_equal(np.asarray(ours.points[0].velocities), cmd.dq)
+        np.testing.assert_array_equal(back.dq, 0.0)
 
 
 def test_decode_refuses_commands_that_do_not_fit_the_robot():

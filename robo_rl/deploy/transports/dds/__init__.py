@@ -1,11 +1,12 @@
 """The `dds` transport: pip Cyclone DDS, wire-compatible with ROS 2 nodes (no ROS install), for a real robot or
 `robo-rl twin`.
 
-One concern per module: `settings` (the hardware file's `transport.dds` section, domain ids, the loopback
-configuration), `endpoint` (participant, readers, writers, QoS), `robot` (DdsRobot, the RobotInterface),
+One concern per module: `endpoint` (participant, readers, writers, QoS), `robot` (DdsRobot, the RobotInterface),
 `operator` (the operator's topics), `twin_server` (the MuJoCo twin served on the robot's topics),
 `dds_types` (the IDL structs) and `unitree` (Unitree's lowstate / lowcmd profile with its CRC: a profile of
-this transport, chosen by the hardware file's `transport.dds.profile`, not a transport of its own).
+this transport, chosen by the hardware file's `transport.dds.profile`, not a transport of its own). The hardware
+file's `transport.dds` section, domain ids and the loopback configuration are in `robo_rl.deploy.dds_settings`
+(no cyclonedds needed there: the ROS 2 node reads the same section).
 
 Importing this package registers the transport (and imports cyclonedds): the deploy core does so only when
 `dds` is chosen.
@@ -13,11 +14,11 @@ Importing this package registers the transport (and imports cyclonedds): the dep
 
 from __future__ import annotations
 
+from robo_rl.deploy.dds_settings import DdsSettings, check_domain_id
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, Transport
 from robo_rl.deploy.transports.dds.dds_robot import DdsRobot
 from robo_rl.deploy.transports.dds.operator import DdsOperatorLink, OperatorHandler
-from robo_rl.deploy.transports.dds.settings import DdsSettings, check_domain_id
 from robo_rl.deploy.transports.dds.twin_server import serve_twin
 
 

@@ -21,17 +21,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.dds_settings import DdsSettings
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint, LatestSample
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient, release_sport_mode
-from robo_rl.deploy.transports.dds.settings import DdsSettings
 
 
 class DdsRobot:
@@ -53,6 +51,7 @@ class DdsRobot:
         self._own_endpoint = endpoint is None
         self.endpoint = endpoint or DdsEndpoint(domain_id)
         self.types = dt.dds_message_types()
+        self._encode = rm.CommandEncoder(self.types, settings.command_interface, control_dt, hw.velocity_limits)
         legged = hw.kind == "legged"
         self.state = rm.StateAssembler(hw, needs_imu=legged, needs_ee=needs_ee and settings.profile == "ros2")
         self.sent = 0
@@ -87,16 +86,7 @@ class DdsRobot:
                 f"({self.settings.profile}{interface})")
 
     def _on_low_state(self, msg: dt.LowState_, received: float) -> None:
-        try:
-            q, dq, tau, quat, gyro, acc, foot_force, stamp = unitree.read_low_state(msg, self.hw)
-        except ValueError as exc:
-            self.state._reject("lowstate", exc)
-            return
-        if self.hw.quaternion_order == "xyzw":
-            quat = np.array([quat[1], quat[2], quat[3], quat[0]])
-        self.state.set_joints(self.hw.joint_names, q, dq, tau, stamp, received)
-        self.state.set_imu(quat, gyro, received, acc=acc)
-        self.state.set_foot_force(foot_force)
+        unitree.store_low_state(self.state, msg, self.hw, received)
 
     def poll(self) -> None:
         """Take the newest sample of every state topic into the assembler (thread-safe)."""
@@ -120,7 +110,7 @@ class DdsRobot:
         if self.settings.profile == "unitree":
             msg = unitree.low_cmd_message(command, self.hw)
         else:
-            msg = rm.encode_command(self.types, self.settings.command_interface, command, self.control_dt)
+            msg = self._encode(command)
         self._writer.write(msg)
         self.sent += 1
 

@@ -14,8 +14,8 @@ from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 from cyclonedds.util import duration
 
+from robo_rl.deploy.dds_settings import check_domain_id
 from robo_rl.deploy.ros_interface import QosSpec
-from robo_rl.deploy.transports.dds.settings import check_domain_id
 
 
 def _qos(spec: QosSpec) -> Qos:

@@ -10,10 +10,10 @@ import numpy as np
 
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.dds_settings import DdsSettings
 from robo_rl.deploy.robot import JointCommand
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
-from robo_rl.deploy.transports.dds.settings import DdsSettings
 
 
 class OperatorHandler:

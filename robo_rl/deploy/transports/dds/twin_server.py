@@ -13,13 +13,13 @@ import numpy as np
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.dds_settings import DdsSettings, check_domain_id
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.robot import ConnectOptions, JointCommand, RobotInterface
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherService
-from robo_rl.deploy.transports.dds.settings import DdsSettings, check_domain_id
 from robo_rl.deploy.transports.sim import connect_twin
 
 

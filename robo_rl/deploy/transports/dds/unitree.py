@@ -23,6 +23,7 @@ import numpy as np
 
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
+from robo_rl.deploy.ros_messages import StateAssembler
 from robo_rl.deploy.transports.dds.dds_types import UNITREE_MOTORS, LowCmd_, LowState_, MotorCmd_
 
 COMMAND_HEAD = (0xFE, 0xEF)
@@ -244,3 +245,18 @@ def read_low_state(msg: LowState_, hw: HardwareSpec) -> LowStateReading:
     foot_force = np.array(msg.foot_force, dtype=np.float64)
     return LowStateReading(arr[:, 0].copy(), arr[:, 1].copy(), arr[:, 2].copy(), quat, gyro, acc, foot_force,
                            msg.tick * TICK_S)
+
+
+def store_low_state(state: StateAssembler, msg: LowState_, hw: HardwareSpec, received: float | None = None) -> None:
+    """A LowState_ into a StateAssembler: joints (hardware order), IMU (in the hardware's quaternion order, with the
+    accelerometer) and foot forces. A wrong CRC is counted in `state.rejected["lowstate"]`, nothing stored."""
+    try:
+        q, dq, tau, quat, gyro, acc, foot_force, stamp = read_low_state(msg, hw)
+    except ValueError as exc:
+        state._reject("lowstate", exc)
+        return
+    if hw.quaternion_order == "xyzw":
+        quat = np.array([quat[1], quat[2], quat[3], quat[0]])
+    state.set_joints(hw.joint_names, q, dq, tau, stamp, received)
+    state.set_imu(quat, gyro, received, acc=acc)
+    state.set_foot_force(foot_force)

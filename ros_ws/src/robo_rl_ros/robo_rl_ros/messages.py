@@ -1,13 +1,19 @@
-"""rclpy's message classes and QoS profiles for the deploy core's ROS 2 message adapters."""
+"""rclpy's message classes and QoS profiles for the deploy core's ROS 2 message adapters, and the way every node of
+the package runs: own SIGINT / SIGTERM handling, then the teardown in robo_rl.deploy.shutdown's order."""
 
 from __future__ import annotations
 
 import array
+import sys
+from collections.abc import Callable
 
+import rclpy
 from builtin_interfaces.msg import Duration, Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point, PointStamped, Pose, PoseStamped, Quaternion, Twist, Vector3
+from rclpy.executors import MultiThreadedExecutor
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.signals import SignalHandlerOptions
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import (
     Bool,
@@ -22,6 +28,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from robo_rl.deploy.ros_interface import QosSpec
 from robo_rl.deploy.ros_messages import MessageTypes
+from robo_rl.deploy.shutdown import ShutdownRequest, run_teardown
 
 CLASSES = {
     "sensor_msgs/msg/JointState": JointState,
@@ -63,17 +70,49 @@ def qos(spec: QosSpec) -> QoSProfile:
     )
 
 
-def spin_until_shutdown(node, close) -> None:
-    """Spin `node` until Ctrl-C or shutdown, then `close()` it (its own cleanup), destroy it and shut rclpy down."""
-    import rclpy
-    from rclpy.executors import ExternalShutdownException
-
+def unitree_classes() -> dict:
+    """unitree_ros2's unitree_go message classes by name (the `unitree` profile; needs that package built)."""
     try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        close()
-        node.destroy_node()
+        import unitree_go.msg as unitree_go
+    except ImportError:
+        raise ValueError("the unitree profile needs unitree_ros2's unitree_go package: build it in this workspace "
+                         "(docs/deploy.md, ROS 2) or pass command_interface for a ros2_control driver") from None
+    from robo_rl.deploy.transports.dds.unitree_ros import MESSAGE_NAMES
+
+    return {name: getattr(unitree_go, name) for name in MESSAGE_NAMES}
+
+
+def run_node(name: str, make_node: Callable[[], object], close: Callable[[object], object], args=None,
+             poll_s: float = 0.1) -> int:
+    """Run one node until SIGINT / SIGTERM: returns the exit code (0; 2 when the node refuses its input).
+
+    rclpy starts without its own signal handlers (SignalHandlerOptions.NO: they would shut the context down while
+    the robot still needs its last command); ours only request the shutdown, which the spin loop notices within
+    `poll_s`. Then `close(node)` (the "control" step: the policy node's last damping command, the twin's thread)
+    runs on a live context, and the executor, the node and the context go down after it (robo_rl.deploy.shutdown).
+    A ValueError while the node is made is bad input: one line on stderr, exit 2, nothing sent.
+    """
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    request = ShutdownRequest()
+    restore = request.install()
+    try:
+        node = make_node()
+    except ValueError as exc:
+        print(f"{name}: {exc}", file=sys.stderr, flush=True)
         if rclpy.ok():
             rclpy.shutdown()
+        restore()
+        return 2
+    executor = MultiThreadedExecutor()
+    executor.add_node(node)
+    try:
+        while not request.requested and rclpy.ok():
+            executor.spin_once(timeout_sec=poll_s)
+    except KeyboardInterrupt:  # a second signal, or one while the handler was not yet ours
+        pass
+    finally:
+        run_teardown({"control": lambda: close(node), "executor": executor.shutdown, "node": node.destroy_node,
+                      "context": lambda: rclpy.shutdown() if rclpy.ok() else None},
+                     log=lambda line: print(f"{name}: {line}", file=sys.stderr, flush=True))
+        restore()
+    return 0

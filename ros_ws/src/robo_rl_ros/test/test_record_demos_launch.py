@@ -22,6 +22,7 @@ from ament_index_python.packages import get_package_share_directory  # noqa: E40
 from launch import LaunchDescription  # noqa: E402
 from launch.actions import IncludeLaunchDescription  # noqa: E402
 from launch.launch_description_sources import PythonLaunchDescriptionSource  # noqa: E402
+from launch_testing.actions import ReadyToTest  # noqa: E402
 from lifecycle_msgs.msg import Transition  # noqa: E402
 from lifecycle_msgs.srv import ChangeState  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
@@ -37,8 +38,9 @@ def generate_test_description():
     launch_file = os.path.join(get_package_share_directory(names.PACKAGE), "launch", "record_demos.launch.py")
     return LaunchDescription([
         IncludeLaunchDescription(PythonLaunchDescriptionSource(launch_file), launch_arguments={
-            "dataset": DATASET, "use_policy": "true", "use_sim": "true", "dry_run": "false"}.items()),
-        launch_testing.actions.ReadyToTest(),
+            "dataset": DATASET, "use_policy": "true", "use_sim": "true", "dry_run": "false",
+            "estop_timeout_s": "0"}.items()),  # this test is about recording: no e-stop heartbeat expected
+        ReadyToTest(),
     ])
 
 

@@ -1,5 +1,9 @@
 """The `transport.dds` section of a hardware file, DDS domain ids, and the loopback network configuration.
 
+Both ways of reaching a robot read the same section: the plain-DDS transport (`DdsSettings.state_topics`,
+`command_topic_name`: DDS names) and the ROS 2 node in ros_ws (`DdsSettings.ros_topics`: ROS 2 names, see there
+how `namespace` maps; `for_ros_node`: which profile an explicit command interface selects).
+
 Networking: Cyclone DDS reads its configuration from CYCLONEDDS_URI when a domain is first joined in a
 process. `loopback_config()` keeps all traffic on this machine (interface `lo`, no multicast, peer
 localhost): what the tests and benchmarks use, and how to rehearse against the twin on one computer.
@@ -8,7 +12,7 @@ This module needs no cyclonedds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from robo_rl.deploy import ros_interface as names
@@ -112,3 +116,49 @@ class DdsSettings:
     def topic(self, spec: TopicSpec) -> str:
         """DDS name of an operator / monitoring topic in this namespace."""
         return spec.dds_name(self.namespace)
+
+    def ros_topics(self) -> dict[str, str]:
+        """ROS 2 names of the robot's topics by role ("joints", "imu", "ee", "command"), as the rclpy node creates them.
+
+        ros2 profile: with `namespace` empty a name stays as written, so a relative one (`joint_states`) resolves in
+        the node's own namespace (the launch argument `namespace`), exactly as a plain-DDS deploy without a namespace
+        finds `rt/joint_states`; with `namespace` set, relative names resolve in it and become absolute (the robot's
+        topics stay where the robot publishes them, whatever namespace the node runs in). Absolute names stay as they
+        are. unitree profile: the DDS names as ROS 2 names (`rt/lowstate` -> `/lowstate`, unitree_ros2's). The
+        operator's and the node's own topics (estop, cmd_vel, `~/...`) always resolve in the node's namespace.
+        """
+        if self.profile == "unitree":
+            return {"joints": names.ros_topic_name(self.state_topic or names.UNITREE_STATE_TOPIC),
+                    "command": names.ros_topic_name(self.command_topic or names.UNITREE_COMMAND_TOPIC)}
+        spec = names.COMMAND_TOPICS[self.command_interface]
+
+        def place(topic: str) -> str:
+            return names.resolve_topic(topic, self.namespace) if self.namespace else topic
+
+        return {"joints": place(self.state_topic or names.JOINT_STATES.name),
+                "imu": place(self.imu_topic or names.IMU_TOPIC.name),
+                "ee": place(self.ee_topic or names.EE_POSITION.name),
+                "command": place(self.command_topic or spec.name)}
+
+
+TOPIC_KEYS = ("state_topic", "imu_topic", "ee_topic", "command_topic")
+"""The per-profile topic overrides of `transport.dds` (DDS names for `unitree`, ROS 2 names for `ros2`)."""
+
+
+def for_ros_node(hw: HardwareSpec, command_interface: str | None) -> DdsSettings:
+    """The `transport.dds` section as the ROS 2 node uses it.
+
+    No command interface (the parameter left empty): the file's profile and interface (a Go2: `unitree`, lowcmd).
+    An explicit one selects the `ros2` profile with it (a ros2_control controller or the twin node); the topic overrides
+    written for another profile (a `unitree` file's `rt/lowstate`) are then dropped, its namespace kept.
+
+    Raises:
+        ValueError: a bad `transport.dds` section or command interface (one line).
+    """
+    if not command_interface:
+        return DdsSettings.from_hardware(hw)
+    settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
+    if settings.profile == "ros2":
+        return settings
+    others = {key: None for key in TOPIC_KEYS}
+    return replace(settings, profile="ros2", **others)

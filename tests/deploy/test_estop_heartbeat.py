@@ -73,11 +73,25 @@ def test_activate_refuses_without_heartbeat_and_sends_nothing():
 
 
 def test_activate_starts_once_the_heartbeat_is_alive():
+    import threading
+
     rt, robot = runtime(estop_timeout_s=0.5, state_wait_s=2.0)
-    rt.estop_message(False)
-    rt.activate(robot)
-    assert rt.active and rt.diagnostics()[2]["estop_heartbeat"] == "ok"
-    rt.cleanup()
+    stop = threading.Event()
+
+    def publisher():  # a live e-stop publisher: a beat every 50 ms (activate's start-up can outlast one deadline)
+        while not stop.is_set():
+            rt.estop_message(False)
+            stop.wait(0.05)
+
+    beating = threading.Thread(target=publisher, daemon=True)
+    beating.start()
+    try:
+        rt.activate(robot)
+        assert rt.active and rt.diagnostics()[2]["estop_heartbeat"] == "ok"
+    finally:
+        stop.set()
+        beating.join()
+        rt.cleanup()
     assert not rt.active
 
 

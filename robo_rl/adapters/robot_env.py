@@ -156,6 +156,30 @@ class RobotEnv(gym.Env):
                 c.end_policy()  # READY holds the pose until the next reset
         return obs, float(result.reward), bool(terminated), bool(truncated), info
 
+    # ------------------------------------------------------------------------------------------- pauses
+    def interrupt(self, how: str = "hold") -> None:
+        """End the open episode with no outcome and keep the robot safe until the next `reset`: `hold` leaves POLICY
+        for READY holding the last command's pose, `damp` goes to DAMP (the next `reset` ramps again). For a learner
+        that cannot act now (an actor whose parameters went stale); `idle_step` keeps the control rate meanwhile."""
+        if how not in ("hold", "damp"):
+            raise ValueError(f"interrupt how = {how!r}: allowed values are hold, damp")
+        c = self.runtime.controller
+        self._episode_open = False
+        if how == "damp" and c.mode not in (Mode.DAMP, Mode.ESTOP):
+            c.stop()
+        elif how == "hold" and c.mode is Mode.POLICY:
+            c.end_policy()
+
+    def idle_step(self) -> None:
+        """One control tick without an action, on the control grid (READY holds, DAMP damps, PASSIVE stays limp).
+        Between episodes only (ValueError while one is open: its actions come through `step`)."""
+        if self._episode_open:
+            raise ValueError("idle_step while an episode is open: step it, or interrupt() it first")
+        c = self.runtime.controller
+        if c.mode is Mode.POLICY:  # never let the template's own policy act between episodes
+            c.end_policy()
+        self._idle_tick()
+
     def close(self) -> None:
         runtime = getattr(self, "runtime", None)
         if runtime is not None and runtime.controller is not None:

@@ -135,6 +135,30 @@ class ReplayBuffer:
         self.ptr = (p + 1) % self.rows
         self.size = min(self.size + 1, self.rows)
 
+    def add_steps(self, steps: Mapping[str, Tensor]) -> None:
+        """Write T whole rows at once (steps collected elsewhere, e.g. by an actor process): `obs` (T, N, O),
+        `actions` (T, N, A), `rewards`, `terminated`, `truncated` (T, N), `next_obs` (T, N, O) (and the critic's
+        groups for an asymmetric buffer); the ring wraps as it does row by row."""
+        t = steps["obs"].shape[0]
+        if t > self.rows:  # only the newest `rows` survive a write longer than the ring
+            steps = {k: v[-self.rows:] for k, v in steps.items()}
+            self.ptr = (self.ptr + t - self.rows) % self.rows
+            t = self.rows
+        idx = (self.ptr + torch.arange(t)) % self.rows  # (T,) rows written, in order
+        for key, buf in self.data.items():
+            buf[idx.to(self.device)] = steps[key].to(device=self.device, dtype=buf.dtype)
+        self.ptr = (self.ptr + t) % self.rows
+        self.size = min(self.size + t, self.rows)
+
+    def close_open_episodes(self) -> None:
+        """Mark the newest row's episodes that ended neither way as time-outs (they bootstrap from their stored next
+        observation): the steps written next belong to new episodes (an actor that restarted or held)."""
+        if self.size == 0:
+            return
+        newest = (self.ptr - 1) % self.rows
+        d = self.data
+        d["truncated"][newest] |= ~d["terminated"][newest]
+
     def sample(self, batch_size: int, n_step: int, gamma: float, generator: torch.Generator) -> dict[str, Tensor]:
         """`batch_size` transitions drawn uniformly, with n-step returns; see BATCH_KEYS for the layout."""
         if self.size == 0:

@@ -122,6 +122,8 @@ class RobotActor:
         self.seq = 0
         self.episodes = 0
         self.stale_events = 0
+        self.last_action_age = math.nan
+        """How old the parameters were when the newest action was chosen (s; <= max_param_age_s)."""
         self.in_use: tuple[str, int] | None = None
         """(learner_id, version) of the weights that chose the last action."""
         self.returns: list[float] = []
@@ -162,7 +164,7 @@ class RobotActor:
         if not self.acting:
             self._reset()
             return "reset"
-        self._act(weights)
+        self._act(weights, now - confirmed_at)
         return "act"
 
     def _reset(self) -> None:
@@ -182,8 +184,9 @@ class RobotActor:
         self.reset_failures = 0
         self.acting, self._episode_start, self._return = True, True, 0.0
 
-    def _act(self, weights: ActorWeights) -> None:
+    def _act(self, weights: ActorWeights, age: float) -> None:
         obs = self.obs
+        self.last_action_age = age
         action = weights.sample(obs[None], self.rng)[0]  # (A,)
         self.in_use = (weights.learner_id, weights.version)
         next_obs, reward, terminated, truncated, _ = self.env.step(action)
@@ -205,8 +208,9 @@ class RobotActor:
 
     def _say_lost(self, weights: ActorWeights | None, age: float) -> None:
         self.lost = True
-        why = "no parameters yet" if weights is None else f"parameters {age:.2f} s old > max_param_age_s " \
-                                                              f"{self.cfg.max_param_age_s:g}"
+        why = "no parameters yet" if weights is None else (
+            f"parameters {age:.2f} s old > max_param_age_s {self.cfg.max_param_age_s:g}, the last action taken on "
+            f"parameters {self.last_action_age:.2f} s old")
         error = getattr(self.feed, "last_error", None)
         self.log(f"actor: learner lost ({why}{'; ' + error if error else ''}): "
                  f"{'holding the last pose (READY)' if self.cfg.on_stale == 'hold' else 'damping (DAMP)'} until it "
@@ -244,7 +248,9 @@ class RobotActor:
         for key in ("sent", "dropped", "failures"):
             out[key] = getattr(self.sender, key, 0)
         out["received_weights"] = getattr(self.feed, "received", 0)
-        out.update(timing_summary(self.periods(), "period"))
+        periods = self.periods()
+        out["period_count"] = len(periods)
+        out.update(timing_summary(periods, "period"))
         return out
 
     def status_line(self) -> str:

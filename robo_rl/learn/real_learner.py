@@ -339,9 +339,9 @@ class RealRobotLearner:
         if logger is not None:
             logger.log(self.iteration, scalars, self.train_time, final=False)
         ret = scalars.get("Train/mean_return", math.nan)
-        self.log(f"learner: {self.algo.env_steps} steps received (dropped {self.service.dropped}), {self.iteration} "
-                 f"updates, version {self.version}, return {ret:.3f}, critic loss "
-                 f"{scalars.get('Loss/critic_loss', math.nan):.4f}")
+        self.log(f"learner: {self.service.received} steps received (dropped {self.service.dropped}), "
+                 f"{self.algo.buffer.size} in the replay buffer, {self.iteration} updates, version {self.version}, "
+                 f"return {ret:.3f}, critic loss {scalars.get('Loss/critic_loss', math.nan):.4f}")
 
 
 def check_resumable(saved: dict[str, Any], cfg: RealTrainConfig) -> None:

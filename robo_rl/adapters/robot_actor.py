@@ -28,7 +28,7 @@ import numpy as np
 from robo_rl.adapters.robot_env import RobotEnv
 from robo_rl.core.config import _f
 from robo_rl.deploy.actor_weights import ActorWeights
-from robo_rl.deploy.controller import timing_summary
+from robo_rl.deploy.controller import REALTIME_PRIORITY, enter_realtime, timing_summary
 from robo_rl.deploy.learner_wire import DEFAULT_ADDRESS, parse_address
 
 MAX_RESET_FAILURES = 3
@@ -60,6 +60,9 @@ class ActorConfig:
     """At start, the learner must answer within this long, or nothing is sent to the robot."""
     seed: int = _f(0, ge=0)
     """Seeds the exploration noise."""
+    realtime_priority: int = _f(REALTIME_PRIORITY, ge=0, le=99)
+    """SCHED_FIFO priority of the control loop's thread on a real-time robot (0: normal scheduling; refused without
+    permission, with one line), as `robo-rl deploy`'s."""
 
     def validate(self) -> None:
         parse_address(self.learner_address)
@@ -113,6 +116,7 @@ class RobotActor:
         self.env, self.cfg, self.feed, self.sender, self.record = env, cfg, feed, sender, record
         self.log, self.clock, self.status_interval_s = log, clock, status_interval_s
         self.actor_id = secrets.token_hex(6)
+        self.control_period = env.runtime.controller.period
         self.rng = np.random.default_rng(cfg.seed)
         self.obs: np.ndarray | None = None
         self.acting = False
@@ -217,7 +221,7 @@ class RobotActor:
                  "is back; recording continues")
 
     def _ticked(self) -> None:
-        now = time.monotonic()
+        now = self.env.last_tick_at if self.env.realtime else time.monotonic()
         if self._last_tick is not None:
             self._periods[self._n_periods % len(self._periods)] = now - self._last_tick
             self._n_periods += 1
@@ -228,20 +232,27 @@ class RobotActor:
         """Step until `duration_s` (wall time) has passed or `should_stop()`; returns `report()`."""
         end = math.inf if duration_s is None else time.monotonic() + duration_s
         self._next_status = time.monotonic() + self.status_interval_s
-        while time.monotonic() < end and not (should_stop is not None and should_stop()):
-            self.step()
-            if self.status_interval_s > 0 and time.monotonic() >= self._next_status:
-                self._next_status += self.status_interval_s
-                self.log(self.status_line())
+        leave_realtime, note = enter_realtime(self.cfg.realtime_priority if self.env.realtime else 0)
+        if note is not None:
+            self.log(f"actor: {note}")
+        try:
+            while time.monotonic() < end and not (should_stop is not None and should_stop()):
+                self.step()
+                if self.status_interval_s > 0 and time.monotonic() >= self._next_status:
+                    self._next_status += self.status_interval_s
+                    self.log(self.status_line())
+        finally:
+            leave_realtime()
         return self.report()
 
     def periods(self) -> np.ndarray:
-        """Seconds between consecutive control ticks of the actor's own (policy steps and idle ticks; not across a
-        reset, whose ramp and reset motion are ticked inside `RobotEnv.reset`): the newest up to 100,000."""
+        """Seconds between the starts of consecutive control ticks of the actor's own (policy steps and idle ticks; not
+        across a reset, whose ramp and reset motion are ticked inside `RobotEnv.reset`): the newest up to 100,000."""
         return self._periods[: min(self._n_periods, len(self._periods))].copy()
 
     def report(self) -> dict[str, Any]:
-        """Steps, episodes, stale events, the weights in use, what the sender sent and dropped, tick periods."""
+        """Steps, episodes, stale events, the weights in use, what the sender sent and dropped, tick periods and their
+        jitter (|period - control period|)."""
         out: dict[str, Any] = {"steps": self.seq, "episodes": self.episodes, "stale_events": self.stale_events,
                                "weights": self.in_use, "mean_return": float(np.mean(self.returns[-20:])) if
                                self.returns else math.nan}
@@ -251,12 +262,13 @@ class RobotActor:
         periods = self.periods()
         out["period_count"] = len(periods)
         out.update(timing_summary(periods, "period"))
+        out.update(timing_summary(np.abs(periods - self.control_period), "jitter"))
         return out
 
     def status_line(self) -> str:
         r = self.report()
         version = "none" if r["weights"] is None else f"v{r['weights'][1]}"
-        p99 = r["period_p99"]
+        p99 = r["jitter_p99"]
         return (f"actor: {r['steps']} steps, {r['episodes']} episodes, return {r['mean_return']:.3f}, parameters "
-                f"{version}, sent {r['sent']}, dropped {r['dropped']}, period p99 "
-                f"{'-' if math.isnan(p99) else f'{p99 * 1e3:.2f} ms'}")
+                f"{version}, sent {r['sent']}, dropped {r['dropped']}, jitter p99 "
+                f"{'-' if math.isnan(p99) else f'{p99 * 1e3:.3f} ms'}")

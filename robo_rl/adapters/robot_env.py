@@ -30,6 +30,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from robo_rl.deploy.controller import SPIN_S, precise_sleep
 from robo_rl.deploy.reset_modules import ResetError, run_reset
 from robo_rl.deploy.session import camera_options, open_session
 from robo_rl.deploy.state_machine import Mode
@@ -94,6 +95,9 @@ class RobotEnv(gym.Env):
         self._steps = 0
         self._episode_open = False
         self._next_tick = 0.0
+        self._sleep = precise_sleep(min(SPIN_S, 0.25 * self.runtime.controller.period))  # as the deploy loop waits
+        self.last_tick_at = float("nan")
+        """When the newest real-time tick started (time.monotonic(), s): the actor's jitter is measured from it."""
         arguments = {"policy_path": str(policy_path), "hardware_path": str(hardware_path), "transport": transport,
                      "realtime": realtime, "rewards": tuple(rewards), "reset_module": reset_module,
                      "max_episode_steps": max_episode_steps, "sample_commands": sample_commands, "seed": seed,
@@ -203,8 +207,9 @@ class RobotEnv(gym.Env):
         if self.realtime:
             now = time.monotonic()
             if now < self._next_tick:
-                time.sleep(self._next_tick - now)
-            self._next_tick = max(self._next_tick + c.period, time.monotonic())
+                self._sleep(self._next_tick - now)
+            self.last_tick_at = time.monotonic()
+            self._next_tick = max(self._next_tick + c.period, self.last_tick_at)
         c.tick(self._now())
 
     def _idle_tick(self) -> None:

@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,8 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--domain-id", type=int, default=0, help="dds transport: DDS domain (ROS_DOMAIN_ID)")
     tr.add_argument("--status-interval", type=float, default=10.0, metavar="S", help="actor status line period")
+    tr.add_argument("--realtime-priority", type=int, default=50, metavar="P",
+                    help="actor: SCHED_FIFO priority of the control loop's thread, 1-99 (0: normal scheduling)")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -150,7 +153,6 @@ def cmd_train_real(args: argparse.Namespace) -> int:
     _check_common(args)
     contract = _template(args)
     if args.role == "learner":
-        stop_on_signals()
         return _learner(args, contract)
     _check_actor(args)
     if args.dataset and not Path(args.dataset).is_dir():
@@ -186,31 +188,41 @@ def _learner_config(args: argparse.Namespace, contract: Any) -> Any:
 
 
 def _learner(args: argparse.Namespace, contract: Any) -> int:
-    """--role learner: create or resume the run folder, train and serve until stopped."""
+    """--role learner: create or resume the run folder, train and serve until stopped (Ctrl-C, SIGTERM: a last
+    checkpoint, exit 0)."""
+    import yaml
+
+    from robo_rl.core.config import build
     from robo_rl.learn.logger import TrainLogger
-    from robo_rl.learn.real_learner import RealRobotLearner, check_resumable, replace_learner
+    from robo_rl.learn.real_learner import RealRobotLearner, RealTrainConfig, check_resumable, replace_learner
     from robo_rl.learn.run_folder import RunLock, check_new_run_dir, create_run_dir, find_run_dir, record_resume
 
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
     cfg = _learner_config(args, contract)
     command = ["robo-rl", *getattr(args, "argv", [])]
+    lock = None
     if args.resume:
-        import yaml
-
         run_dir = find_run_dir(args.resume, args.log_dir)
         saved = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
         check_resumable(saved, cfg)
-        from robo_rl.core.config import build
-        from robo_rl.learn.real_learner import RealTrainConfig
-
         cfg = replace_learner(build(RealTrainConfig, saved), address=cfg.learner.address,
                               max_time_s=cfg.learner.max_time_s)
-        lock = RunLock(run_dir)
+        lock = RunLock(run_dir)  # a live learner in this run is refused before anything is built
     else:
         run_dir = Path(args.log_dir) / _run_name(args)
         check_new_run_dir(run_dir)
-        lock = None
     try:
         learner = RealRobotLearner(cfg, run_dir, log=lambda line: print(line, flush=True))
+        try:
+            learner.service.start()  # an address in use is refused before the run folder is written
+        except OSError as exc:
+            raise UserError(f"train-real: {exc}") from None
         if lock is None:
             lock = create_run_dir(run_dir, cfg, command)
         first = learner.resume()
@@ -218,9 +230,7 @@ def _learner(args: argparse.Namespace, contract: Any) -> int:
             record_resume(run_dir, cfg, first, command)
         logger = TrainLogger(run_dir, 0, purge_step=first or None, print_progress=False)
         try:
-            learner.run(logger=logger)
-        except OSError as exc:  # the address cannot be bound
-            raise UserError(f"train-real: {exc}") from None
+            learner.run(should_stop=stop.is_set, logger=logger)
         finally:
             logger.close()
     finally:
@@ -297,7 +307,7 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
     try:
         cfg = build(ActorConfig, {"learner_address": args.learner_address, "max_param_age_s": args.max_param_age,
                                   "on_stale": args.on_stale, "connect_timeout_s": args.connect_timeout,
-                                  "seed": args.seed})
+                                  "seed": args.seed, "realtime_priority": args.realtime_priority})
     except (ConfigError, ValueError) as exc:
         raise UserError(f"train-real: {exc}") from None
     names = [f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)]
@@ -334,7 +344,7 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
         if actor is not None:
             r = actor.report()
             print(f"actor: {r['steps']} steps, {r['episodes']} episodes, {r['stale_events']} stale interruptions, "
-                  f"weights received {r['received_weights']}, sent {r['sent']}, dropped {r['dropped']}, period p99 "
-                  f"{r['period_p99'] * 1e3:.2f} ms (max {r['period_max'] * 1e3:.2f} ms); recorded {recorder.frames} "
-                  f"frames into {record}", flush=True)
+                  f"weights received {r['received_weights']}, sent {r['sent']}, dropped {r['dropped']}, control "
+                  f"period {r['period_p50'] * 1e3:.2f} ms, jitter p99 {r['jitter_p99'] * 1e3:.3f} ms (max "
+                  f"{r['jitter_max'] * 1e3:.2f} ms); recorded {recorder.frames} frames into {record}", flush=True)
     return 0

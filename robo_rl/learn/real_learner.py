@@ -283,10 +283,12 @@ class RealRobotLearner:
     # ------------------------------------------------------------------ loop
     def run(self, should_stop: Callable[[], bool] | None = None, logger: TrainLogger | None = None) -> None:
         """Serve and train until `learner.max_time_s` or `should_stop()` (or Ctrl-C / SIGTERM as KeyboardInterrupt);
-        always saves a last checkpoint, except after a divergence (the newest on disk is then the last good one)."""
+        always saves a last checkpoint, except after a divergence (the newest on disk is then the last good one).
+        Starts the service unless the caller did (`service.start()`: OSError when its address cannot be bound)."""
         lc = self.cfg.learner
         self.publish()
-        self.service.start()
+        if self.service.port is None:
+            self.service.start()
         host, _ = parse_address(self.service.address, any_port=True)
         self.log(f"learner: listening on {host}:{self.service.port} (learner {self.learner_id}, run {self.run_dir}); "
                  f"replay buffer {self.algo.buffer.size} steps, version {self.version}")

@@ -16,6 +16,7 @@ episode. So stale weights never drive the robot longer than `max_param_age_s` pl
 
 from __future__ import annotations
 
+import gc
 import math
 import secrets
 import time
@@ -232,6 +233,8 @@ class RobotActor:
         """Step until `duration_s` (wall time) has passed or `should_stop()`; returns `report()`."""
         end = math.inf if duration_s is None else time.monotonic() + duration_s
         self._next_status = time.monotonic() + self.status_interval_s
+        gc.collect()
+        gc.freeze()  # what start-up made (torch, grpc, the twin) is never traversed again by a collection mid-tick
         leave_realtime, note = enter_realtime(self.cfg.realtime_priority if self.env.realtime else 0)
         if note is not None:
             self.log(f"actor: {note}")

@@ -187,9 +187,9 @@ class RobotEnv(gym.Env):
     def close(self) -> None:
         runtime = getattr(self, "runtime", None)
         if runtime is not None and runtime.controller is not None:
-            runtime.deactivate()  # DAMP and a last damping command
-            runtime.robot.close()
-            runtime.cleanup()
+            robot = runtime.robot
+            runtime.cleanup()  # DAMP and a last damping command (once: a DDS robot refuses commands once closed)
+            robot.close()
         self.runtime = None
 
     # ------------------------------------------------------------------------------------------- operator

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from robo_rl.core.config import ConfigError
 from robo_rl.deploy.learner_client import ParameterFeed, TransitionSender, open_channel
+from robo_rl.deploy.learner_wire import transition_batch
 from robo_rl.learn.algorithm_registry import EnvSpec
 from robo_rl.learn.algorithms.sac import SAC, SACConfig, SACPolicy, SACPolicyConfig
 from robo_rl.learn.learner_service import LearnerService
@@ -177,3 +179,29 @@ def test_the_learner_trains_from_streamed_steps_checkpoints_and_resumes_with_its
     for key, value in learner.policy.state_dict().items():
         torch.testing.assert_close(again.policy.state_dict()[key], value)
     assert again.learner_id != learner.learner_id  # the actor tells the restarted learner apart
+
+
+def test_rlpd_trains_on_an_actors_own_recording_as_demonstrations(tmp_path):
+    """The actor's dataset (TransitionRecorder) is RLPD's --dataset as it is: half of every batch comes from it."""
+    from robo_rl.demos.transition_recorder import TransitionRecorder
+
+    recorder = TransitionRecorder(tmp_path / "rec", obs_names=[f"o{i}" for i in range(O)], action_dim=A, fps=50,
+                                  task="t")
+    rng = np.random.default_rng(0)
+    for episode in range(3):
+        for step in range(20):
+            last = step == 19
+            recorder.add(rng.normal(size=O).astype(np.float32), rng.uniform(-1, 1, A).astype(np.float32), 1.0,
+                         terminated=last and episode == 0, truncated=last and episode > 0)
+        recorder.end_episode()
+    recorder.close()
+    cfg = resolve_config("rlpd", template="t.onnx", obs_dim=O, action_dim=A, action_clip=1.0,
+                         dataset=str(tmp_path / "rec"), overrides=["learner.address=127.0.0.1:0",
+                                                                   "algo.learning_starts=10", "algo.batch_size=16"])
+    assert cfg.algo.demo_ratio == 0.5 and cfg.policy.num_critics == 4
+    learner = RealRobotLearner(cfg, tmp_path / "run", log=lambda line: None)
+    assert learner.algo.demos.size == 60 - 2  # a time-out's last frame has no next observation in the recording
+    learner.ingest(transition_batch([_row(i, rng, start=i == 0) for i in range(12)]))
+    assert learner.train_step() and learner.iteration == 1
+    with pytest.raises(ConfigError, match="^config error: algo_name = rlpd: needs demonstrations"):
+        resolve_config("rlpd", template="t.onnx", obs_dim=O, action_dim=A, action_clip=1.0)

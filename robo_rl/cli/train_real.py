@@ -316,9 +316,13 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
                                   extra_info={"robo_rl": {"template": str(args.policy), "robot": str(args.robot),
                                                           "rewards": list(args.rewards)}})
     session = {"domain_id": args.domain_id} if args.transport != "sim" else {}
-    env = RobotEnv(args.policy, args.robot, args.transport, realtime=True, rewards=tuple(args.rewards),
-                   reset_module=args.reset_module, max_episode_steps=args.episode_steps, seed=args.seed,
-                   session=session)
+    try:
+        env = RobotEnv(args.policy, args.robot, args.transport, realtime=True, rewards=tuple(args.rewards),
+                       reset_module=args.reset_module, max_episode_steps=args.episode_steps, seed=args.seed,
+                       session=session)
+    except ValueError as exc:  # the transport refused (no robot answering, a wrong profile): nothing was commanded
+        recorder.close()
+        raise UserError(f"train-real: {exc}") from None
     channel = open_channel(cfg.learner_address)
     feed = ParameterFeed(channel, poll_s=cfg.param_poll_s, rpc_timeout_s=cfg.rpc_timeout_s).start()
     actor = None

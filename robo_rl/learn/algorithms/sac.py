@@ -330,31 +330,18 @@ class SAC:
 
     @torch.no_grad()
     def add_transitions(self, steps: Mapping[str, Tensor]) -> None:
-        """Store T steps of one world collected by another process (an actor on a robot), in order.
-
-        Args:
-            steps: `obs` (T, O), `action` (T, A) as executed (env units, within +-action_bound), `reward`,
-                `terminated`, `truncated` (T,), `next_obs` (T, O), `episode_start` (T,) (a step that starts an
-                episode closes the one before it as a time-out when it was left open: an actor that held or was
-                restarted).
-        """
+        """Store T steps of one world collected by another process (an actor on a robot), in order: `obs`, `action`
+        (as executed, env units), `reward`, `terminated`, `truncated`, `next_obs`, `episode_start` (see
+        `ReplayBuffer.add_steps`), each (T, ...)."""
         if self.spec.num_envs != 1 or self.policy.asymmetric:
-            raise ValueError("add_transitions: needs one world (num_envs = 1) and a critic that sees the policy's "
-                             "observations")
+            raise ValueError("add_transitions: needs one world and a critic that sees the policy's observations")
         p, dev = self.policy, self.spec.device
         obs = steps["obs"].to(dev, torch.float32)  # (T, O)
-        truncated = steps["truncated"].to(dev, torch.bool).clone()  # (T,)
-        terminated = steps["terminated"].to(dev, torch.bool)
-        start = steps["episode_start"].to(dev, torch.bool)
-        if bool(start[0]):
-            self.buffer.close_open_episodes()
-        truncated[:-1] |= start[1:] & ~terminated[:-1]  # an episode left open inside the batch
         p.update_normalization(obs, obs)
         unit = (steps["action"].to(dev, torch.float32) / p.action_bound).clamp(-1.0, 1.0)  # the actor's units
-        self.buffer.add_steps({"obs": obs[:, None], "actions": unit[:, None],
-                               "rewards": steps["reward"].to(dev, torch.float32)[:, None],
-                               "terminated": terminated[:, None], "truncated": truncated[:, None],
-                               "next_obs": steps["next_obs"].to(dev, torch.float32)[:, None]})
+        self.buffer.add_steps({"obs": obs[:, None], "actions": unit[:, None], "rewards": steps["reward"][:, None],
+                               "terminated": steps["terminated"][:, None], "truncated": steps["truncated"][:, None],
+                               "next_obs": steps["next_obs"][:, None]}, episode_start=steps["episode_start"][:, None])
         self.env_steps += obs.shape[0]
 
     # ------------------------------------------------------------------ learning

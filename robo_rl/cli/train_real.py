@@ -164,8 +164,9 @@ def cmd_train_real(args: argparse.Namespace) -> int:
         child = _start_learner(args)
     stop_on_signals()
     try:
+        dims = (contract.obs_dim, contract.action_dim)
         if child is None:
-            _probe(args.learner_address, args.connect_timeout)
+            _probe(args.learner_address, args.connect_timeout, dims)
         else:
             _wait_for_learner(child, args.learner_address)
         return _actor(args, contract, record)
@@ -286,13 +287,14 @@ def _stop_learner(child: subprocess.Popen) -> None:
             child.wait()
 
 
-def _probe(address: str, timeout_s: float) -> None:
+def _probe(address: str, timeout_s: float, dims: tuple[int, int]) -> None:
     from robo_rl.deploy.learner_client import probe_learner
 
     try:
-        probe_learner(address, timeout_s)
+        probe_learner(address, timeout_s, dims=dims)
     except ConnectionError as exc:
-        raise UserError(f"train-real: {exc}; start it first (--role learner) or check --learner-address") from None
+        hint = "" if "trains a policy" in str(exc) else "; start it first (--role learner) or check --learner-address"
+        raise UserError(f"train-real: {exc}{hint}") from None
 
 
 # ---------------------------------------------------------------------------------------------- actor
@@ -324,7 +326,8 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
         recorder.close()
         raise UserError(f"train-real: {exc}") from None
     channel = open_channel(cfg.learner_address)
-    feed = ParameterFeed(channel, poll_s=cfg.param_poll_s, rpc_timeout_s=cfg.rpc_timeout_s).start()
+    feed = ParameterFeed(channel, poll_s=cfg.param_poll_s, rpc_timeout_s=cfg.rpc_timeout_s,
+                         dims=(contract.obs_dim, contract.action_dim)).start()
     actor = None
     try:
         sender = TransitionSender(channel, actor_id=os.urandom(6).hex(), capacity_rows=cfg.send_queue_rows,

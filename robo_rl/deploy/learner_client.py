@@ -62,15 +62,16 @@ def _rpc_error(exc: grpc.RpcError) -> str:
     return f"{code.name if code is not None else type(exc).__name__}{': ' + details if details else ''}"
 
 
-def probe_learner(address: str, timeout_s: float) -> dict[str, Any]:
+def probe_learner(address: str, timeout_s: float, *, dims: tuple[int, int] | None = None) -> dict[str, Any]:
     """The learner's parameter header, asked once; ConnectionError (one line) when nothing at `address` answers as a
-    learner within `timeout_s` (nothing listening, a stalled learner, another service)."""
+    learner within `timeout_s` (nothing listening, a stalled learner, another service), or (with `dims`, the actor's
+    (O, A)) when the learner trains a policy of other sizes."""
     channel = open_channel(address)
     try:
         call = channel.unary_stream(method(GET_PARAMETERS))
         stream = call(encode_json({"learner_id": "", "version": -1, "header_only": True}), timeout=timeout_s,
                       wait_for_ready=True)
-        return decode_json(next(stream))
+        header = decode_json(next(stream))
     except grpc.RpcError as exc:
         why = "" if exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED else f" ({_rpc_error(exc)})"
         raise ConnectionError(f"the learner at {address} did not answer within {timeout_s:g} s{why}") from None
@@ -78,6 +79,10 @@ def probe_learner(address: str, timeout_s: float) -> dict[str, Any]:
         raise ConnectionError(f"{address} answered, but not as a robo_rl learner ({exc or 'no header'})") from None
     finally:
         channel.close()
+    if dims is not None and (header.get("obs_dim"), header.get("action_dim")) != tuple(dims):
+        raise ConnectionError(f"the learner at {address} trains a policy of {header.get('obs_dim')} observations and "
+                              f"{header.get('action_dim')} actions; this template has {dims[0]} and {dims[1]}")
+    return header
 
 
 class ParameterFeed:
@@ -87,13 +92,14 @@ class ParameterFeed:
         channel: to the learner.
         poll_s: seconds between requests.
         rpc_timeout_s: deadline of one request (a stalled learner costs at most this per poll).
+        dims: the actor's (O, A); weights of other sizes are refused (`last_error`), never handed to the loop.
         clock: monotonic time (s).
     """
 
     def __init__(self, channel: grpc.Channel, *, poll_s: float, rpc_timeout_s: float,
-                 clock: Callable[[], float] = time.monotonic):
+                 dims: tuple[int, int] | None = None, clock: Callable[[], float] = time.monotonic):
         self._call = channel.unary_stream(method(GET_PARAMETERS))
-        self.poll_s, self.rpc_timeout_s, self.clock = poll_s, rpc_timeout_s, clock
+        self.poll_s, self.rpc_timeout_s, self.dims, self.clock = poll_s, rpc_timeout_s, dims, clock
         self.current: tuple[ActorWeights | None, float] = (None, -math.inf)
         """(newest weights, when the learner last vouched for them); replaced whole, so one read is consistent."""
         self.received = 0
@@ -122,6 +128,9 @@ class ParameterFeed:
             header = decode_json(next(stream))
             if header.get("changed"):
                 new = ActorWeights.from_message(*decode(join(stream)))
+                if self.dims is not None and (new.obs_dim, new.action_dim) != tuple(self.dims):
+                    raise WireError(f"the learner's weights take {new.obs_dim} observations to {new.action_dim} "
+                                    f"actions; this actor has {self.dims[0]} and {self.dims[1]}")
                 self.current = (new, sent_at)
                 self.received += 1
             elif weights is not None and (header.get("learner_id"), header.get("version")) == (

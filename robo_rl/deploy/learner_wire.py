@@ -6,8 +6,8 @@ The service is `robo_rl.Learner`, served with grpc's generic handlers over raw b
                       the answer is a small JSON object (`{"received": rows, "dropped": rows}`).
     GetParameters     actor -> learner: a JSON request `{"learner_id", "version"}` naming the parameters the actor
                       holds; the answer is a stream whose first message is a JSON header
-                      `{"learner_id", "version", "random_actions", "changed"}` and, when `changed`, the chunks of the
-                      newest actor weights (npz, `robo_rl.deploy.actor_weights`).
+                      `{"learner_id", "version", "obs_dim", "action_dim", "changed"}` and, when `changed`, the chunks
+                      of the newest actor weights (npz, `robo_rl.deploy.actor_weights`).
 
 Every message is an npz made with `np.savez` and read with `np.load(..., allow_pickle=False)`, so a message can hold
 only plain numeric arrays (an object array is refused). Its JSON header travels in the array `meta` (uint8). A message

@@ -172,7 +172,7 @@ class LearnerService:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"the learner's training loop has not run for {quiet:.1f} s")
         published = self._published
         header: dict[str, Any] = {"learner_id": self.learner_id, "version": -1 if published is None else
-                                  published.version, "changed": False}
+                                  published.version, "obs_dim": self.obs_dim, "action_dim": self.action_dim}
         header["changed"] = published is not None and not held.get("header_only") and (
             held.get("learner_id"), held.get("version")) != (self.learner_id, published.version)
         yield encode_json(header)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from robo_rl.core.config import ConfigError
-from robo_rl.deploy.learner_client import ParameterFeed, TransitionSender, open_channel
+from robo_rl.deploy.learner_client import ParameterFeed, TransitionSender, open_channel, probe_learner
 from robo_rl.deploy.learner_wire import transition_batch
 from robo_rl.learn.algorithm_registry import EnvSpec
 from robo_rl.learn.algorithms.sac import SAC, SACConfig, SACPolicy, SACPolicyConfig
@@ -205,3 +205,16 @@ def test_rlpd_trains_on_an_actors_own_recording_as_demonstrations(tmp_path):
     assert learner.train_step() and learner.iteration == 1
     with pytest.raises(ConfigError, match="^config error: algo_name = rlpd: needs demonstrations"):
         resolve_config("rlpd", template="t.onnx", obs_dim=O, action_dim=A, action_clip=1.0)
+
+
+def test_a_learner_of_other_sizes_is_refused_at_start_and_its_weights_never_reach_the_loop(service):
+    svc, channel = service
+    spec = EnvSpec(num_envs=1, obs_dim=O, critic_obs_dim=O, action_dim=A, action_clip=1.0)
+    svc.publish(actor_weights(SACPolicy(SACPolicyConfig(), spec), learner_id="L1", version=1, random_actions=True))
+    address = f"127.0.0.1:{svc.port}"
+    assert probe_learner(address, 5, dims=(O, A))["obs_dim"] == O
+    with pytest.raises(ConnectionError, match=rf"^the learner at {address} trains a policy of {O} observations and "
+                                              rf"{A} actions; this template has {O + 1} and {A}$"):
+        probe_learner(address, 5, dims=(O + 1, A))
+    feed = ParameterFeed(channel, poll_s=1.0, rpc_timeout_s=2.0, dims=(O + 1, A))
+    assert not feed.poll_once() and feed.current[0] is None and "this actor has 7 and 3" in feed.last_error

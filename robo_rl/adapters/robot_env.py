@@ -33,6 +33,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from robo_rl.deploy.controller import SPIN_S, precise_sleep
 from robo_rl.deploy.reset_modules import ResetError, run_reset
 from robo_rl.deploy.robot import RobotState, take_control
 from robo_rl.deploy.runtime import wait_for_fresh_state
@@ -116,6 +117,9 @@ class RobotEnv(gym.Env):
         self._steps = 0
         self._episode_open = False
         self._next_tick = 0.0
+        self._sleep = precise_sleep(min(SPIN_S, 0.25 * self.runtime.controller.period))  # as the deploy loop waits
+        self.last_tick_at = float("nan")
+        """When the newest real-time tick started (time.monotonic(), s): the actor's jitter is measured from it."""
         arguments = {"policy_path": str(policy_path), "hardware_path": str(hardware_path), "transport": transport,
                      "realtime": realtime, "rewards": tuple(rewards), "reset_module": reset_module,
                      "max_episode_steps": max_episode_steps, "sample_commands": sample_commands, "seed": seed,
@@ -189,11 +193,35 @@ class RobotEnv(gym.Env):
                 c.end_policy()  # READY holds the pose until the next reset
         return obs, float(result.reward), bool(terminated), bool(truncated), info
 
+    # ------------------------------------------------------------------------------------------- pauses
+    def interrupt(self, how: str = "hold") -> None:
+        """End the open episode with no outcome and keep the robot safe until the next `reset`: `hold` leaves POLICY
+        for READY holding the last command's pose, `damp` goes to DAMP (the next `reset` ramps again). For a learner
+        that cannot act now (an actor whose parameters went stale); `idle_step` keeps the control rate meanwhile."""
+        if how not in ("hold", "damp"):
+            raise ValueError(f"interrupt how = {how!r}: allowed values are hold, damp")
+        c = self.runtime.controller
+        self._episode_open = False
+        if how == "damp" and c.mode not in (Mode.DAMP, Mode.ESTOP):
+            c.stop()
+        elif how == "hold" and c.mode is Mode.POLICY:
+            c.end_policy()
+
+    def idle_step(self) -> None:
+        """One control tick without an action, on the control grid (READY holds, DAMP damps, PASSIVE stays limp).
+        Between episodes only (ValueError while one is open: its actions come through `step`)."""
+        if self._episode_open:
+            raise ValueError("idle_step while an episode is open: step it, or interrupt() it first")
+        c = self.runtime.controller
+        if c.mode is Mode.POLICY:  # never let the template's own policy act between episodes
+            c.end_policy()
+        self._idle_tick()
+
     def close(self) -> None:
         runtime = getattr(self, "runtime", None)
         if runtime is not None and runtime.controller is not None:
             robot = runtime.robot
-            runtime.cleanup()  # DAMP and a last damping command, then forget the policy
+            runtime.cleanup()  # DAMP and a last damping command (once: a DDS robot refuses commands once closed)
             robot.close()
         self.runtime = None
 
@@ -212,8 +240,9 @@ class RobotEnv(gym.Env):
         if self.realtime:
             now = time.monotonic()
             if now < self._next_tick:
-                time.sleep(self._next_tick - now)
-            self._next_tick = max(self._next_tick + c.period, time.monotonic())
+                self._sleep(self._next_tick - now)
+            self.last_tick_at = time.monotonic()
+            self._next_tick = max(self._next_tick + c.period, self.last_tick_at)
         c.tick(self._now())
 
     def _idle_tick(self) -> None:

@@ -25,6 +25,8 @@ import yaml
 from robo_rl.cli.classifier import cmd_reward_classifier  # light: torch and the dataset reader lazily
 from robo_rl.cli.demos import cmd_dataset, cmd_record, cmd_replay  # light: numpy; the rest lazily
 from robo_rl.cli.robot import cmd_deploy, cmd_twin, stop_on_signals  # light: numpy; the deploy core lazily
+from robo_rl.cli.train_real import add_parser as add_train_real_parser  # light; actor and learner lazily
+from robo_rl.cli.train_real import cmd_train_real
 from robo_rl.core.assets import find_data_file
 from robo_rl.core.config import MAX_SEED, ConfigError, RankLost, UserError, load_yaml
 from robo_rl.deploy.controller import REALTIME_PRIORITY  # light: numpy
@@ -201,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     rt.add_argument("--debounce", type=int, help="consecutive positive frames the robot needs (default 10)")
     rt.add_argument("--seed", type=int, help="seed of the split, the weights and the batches (default 0)")
 
+    add_train_real_parser(sub)
     sub.add_parser("tasks", help="list tasks with observation and action sizes")
     return p
 
@@ -516,7 +519,7 @@ def task_summary(env) -> list[str]:
 
 COMMANDS = {"train": cmd_train, "play": cmd_play, "export": cmd_export, "deploy": cmd_deploy, "twin": cmd_twin,
             "record": cmd_record, "replay": cmd_replay, "dataset": cmd_dataset,
-            "reward-classifier": cmd_reward_classifier, "tasks": cmd_tasks}
+            "reward-classifier": cmd_reward_classifier, "tasks": cmd_tasks, "train-real": cmd_train_real}
 
 
 OFFLINE_ALGORITHMS = ("bc", "flow-bc", "vla-sft")
@@ -548,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # recorded in a run's provenance
     # Before anything imports torch. Not for an offline learner: it steps no physics while it learns, and sleeping
     # OpenMP workers halve its speed (measured: the VLA's SFT, 6 vs 13 iterations in 90 s on 2 cores).
-    if args.command in ("play", "export", "record") or (args.command == "train" and not _trains_offline(args)):
+    if args.command in ("play", "export", "record", "train-real") or (args.command == "train" and
+                                                                      not _trains_offline(args)):
         from robo_rl.sim import set_training_process_defaults
 
         set_training_process_defaults()

@@ -135,6 +135,34 @@ class ReplayBuffer:
         self.ptr = (p + 1) % self.rows
         self.size = min(self.size + 1, self.rows)
 
+    def add_steps(self, steps: Mapping[str, Tensor], episode_start: Tensor | None = None) -> None:
+        """Write T whole rows at once (steps collected elsewhere, e.g. by an actor process): `obs` (T, N, O),
+        `actions` (T, N, A), `rewards`, `terminated`, `truncated` (T, N), `next_obs` (T, N, O) (and the critic's
+        groups for an asymmetric buffer); the ring wraps as it does row by row.
+
+        `episode_start` (T, N): steps that begin an episode. An episode they follow that ended neither way (its actor
+        held, or was restarted) is closed as a time-out, so n-step windows never run from one episode into the next.
+        """
+        steps = {k: v.to(self.device) for k, v in steps.items()}
+        if episode_start is not None:
+            start = episode_start.to(self.device, torch.bool)
+            truncated = steps["truncated"].to(torch.bool).clone()
+            truncated[:-1] |= start[1:] & ~steps["terminated"].to(torch.bool)[:-1]  # (T-1, N) left open in the batch
+            steps["truncated"] = truncated
+            if self.size and bool(start[0].any()):
+                newest = (self.ptr - 1) % self.rows
+                self.data["truncated"][newest] |= start[0] & ~self.data["terminated"][newest]
+        t = steps["obs"].shape[0]
+        if t > self.rows:  # only the newest `rows` survive a write longer than the ring
+            steps = {k: v[-self.rows:] for k, v in steps.items()}
+            self.ptr = (self.ptr + t - self.rows) % self.rows
+            t = self.rows
+        idx = (self.ptr + torch.arange(t, device=self.device)) % self.rows  # (T,) rows written, in order
+        for key, buf in self.data.items():
+            buf[idx] = steps[key].to(buf.dtype)
+        self.ptr = (self.ptr + t) % self.rows
+        self.size = min(self.size + t, self.rows)
+
     def sample(self, batch_size: int, n_step: int, gamma: float, generator: torch.Generator) -> dict[str, Tensor]:
         """`batch_size` transitions drawn uniformly, with n-step returns; see BATCH_KEYS for the layout."""
         if self.size == 0:

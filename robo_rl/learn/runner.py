@@ -371,6 +371,13 @@ REPLAY_PREFIX = "replay_"
 """Replay buffer files beside the checkpoints: `replay_<iteration>.pt`, only the newest checkpoint's kept."""
 
 
+def keep_only_replay(run_dir: Path, name: str | None) -> None:
+    """Delete every replay buffer file of a run but `name` (the one the newest checkpoint names; None: all)."""
+    for path in Path(run_dir).glob(f"{REPLAY_PREFIX}*.pt"):
+        if path.name != name:
+            path.unlink(missing_ok=True)
+
+
 class OffPolicyRunner(Runner):
     """`algo.num_steps_per_env` env steps per iteration, each followed by the algorithm's gradient steps (SAC).
 
@@ -425,9 +432,7 @@ class OffPolicyRunner(Runner):
         return {"replay": name}
 
     def _after_save(self, payload: dict[str, Any]) -> None:
-        for path in self.run_dir.glob(f"{REPLAY_PREFIX}*.pt"):
-            if path.name != payload["replay"]:
-                path.unlink(missing_ok=True)
+        keep_only_replay(self.run_dir, payload["replay"])
 
     def _resume_extras(self, state: dict[str, Any]) -> None:
         name = state.get("replay")

@@ -340,6 +340,22 @@ class SAC:
                                 final_critic_obs if self.policy.asymmetric else None)
         self.env_steps += 1
 
+    @torch.no_grad()
+    def add_transitions(self, steps: Mapping[str, Tensor]) -> None:
+        """Store T steps of one world collected by another process (an actor on a robot), in order: `obs`, `action`
+        (as executed, env units), `reward`, `terminated`, `truncated`, `next_obs`, `episode_start` (see
+        `ReplayBuffer.add_steps`), each (T, ...)."""
+        if self.spec.num_envs != 1 or self.policy.asymmetric:
+            raise ValueError("add_transitions: needs one world and a critic that sees the policy's observations")
+        p, dev = self.policy, self.spec.device
+        obs = steps["obs"].to(dev, torch.float32)  # (T, O)
+        p.update_normalization(obs, obs)
+        unit = (steps["action"].to(dev, torch.float32) / p.action_bound).clamp(-1.0, 1.0)  # the actor's units
+        self.buffer.add_steps({"obs": obs[:, None], "actions": unit[:, None], "rewards": steps["reward"][:, None],
+                               "terminated": steps["terminated"][:, None], "truncated": steps["truncated"][:, None],
+                               "next_obs": steps["next_obs"][:, None]}, episode_start=steps["episode_start"][:, None])
+        self.env_steps += obs.shape[0]
+
     # ------------------------------------------------------------------ learning
     def ready(self) -> bool:
         """True once the buffer holds `learning_starts` steps (also after a resume that lost the buffer)."""

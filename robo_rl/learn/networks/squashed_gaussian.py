@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -46,6 +47,27 @@ def _trunk(in_dim: int, hidden: tuple[int, ...], activation: str, layer_norm: bo
         layers.append(_ACTIVATIONS[activation]())
         in_dim = width
     return nn.Sequential(*layers), in_dim
+
+
+def trunk_layers(trunk: nn.Sequential) -> tuple[tuple, ...]:
+    """The trunk as numpy layers (`robo_rl.deploy.actor_weights`, the actor process's copy): ("linear", W (out, in),
+    b (out,)), ("layer_norm", gain, bias, eps) or (activation name,), in order, float32."""
+    names = {cls: name for name, cls in _ACTIVATIONS.items()}
+    layers: list[tuple] = []
+    for m in trunk:
+        if isinstance(m, nn.Linear):
+            layers.append(("linear", _numpy(m.weight), _numpy(m.bias)))
+        elif isinstance(m, nn.LayerNorm):
+            layers.append(("layer_norm", _numpy(m.weight), _numpy(m.bias), float(m.eps)))
+        elif type(m) in names:
+            layers.append((names[type(m)],))
+        else:
+            raise TypeError(f"trunk layer {type(m).__name__} has no numpy form")
+    return tuple(layers)
+
+
+def _numpy(t: Tensor) -> np.ndarray:
+    return t.detach().to("cpu", torch.float32).numpy().copy()
 
 
 class SquashedGaussianActor(nn.Module):

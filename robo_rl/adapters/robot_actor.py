@@ -75,7 +75,8 @@ class ActorConfig:
 class TransitionLog(Protocol):
     """Where the actor keeps its own record of transitions (a dataset writer that never blocks)."""
 
-    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, terminated: bool, truncated: bool) -> None: ...
+    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, terminated: bool, truncated: bool, *,
+            intervention: bool = False) -> None: ...
 
     def end_episode(self) -> None: ...
 
@@ -194,13 +195,14 @@ class RobotActor:
         self.last_action_age = age
         action = weights.sample(obs[None], self.rng)[0]  # (A,)
         self.in_use = (weights.learner_id, weights.version)
-        next_obs, reward, terminated, truncated, _ = self.env.step(action)
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
         self._ticked()
-        self.sender.put({"obs": obs, "action": action, "reward": reward, "terminated": terminated,
+        executed, takeover = info["action"], bool(info["intervention"])  # an operator's takeover replaces `action`
+        self.sender.put({"obs": obs, "action": executed, "reward": reward, "terminated": terminated,
                          "truncated": truncated, "next_obs": next_obs, "episode_start": self._episode_start,
-                         "seq": self.seq})
+                         "intervention": takeover, "seq": self.seq})
         if self.record is not None:
-            self.record.add(obs, action, reward, terminated, truncated)
+            self.record.add(obs, executed, reward, terminated, truncated, intervention=takeover)
         self.seq += 1
         self._return += reward
         self.obs, self._episode_start = next_obs, False

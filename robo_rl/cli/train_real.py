@@ -41,6 +41,9 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--transport", default="sim", help="sim (the MuJoCo twin, in real time) or dds")
     tr.add_argument("--algo", default="sac", choices=("sac", "rlpd"), help="rlpd: SAC with --dataset demonstrations")
     tr.add_argument("--role", default="both", choices=("both", "actor", "learner"))
+    tr.add_argument("--takeover", choices=("keyboard", "gamepad", "spacemouse"),
+                    help="actor, arms: an operator's device that takes over from the policy while held (its steps are "
+                         "flagged and become demonstrations too)")
     tr.add_argument("--learner-address", default=None, metavar="HOST:PORT",
                     help="where the learner listens / the actor connects (default 127.0.0.1:50061)")
     tr.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
@@ -319,9 +322,10 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
                                                           "rewards": list(args.rewards)}})
     session = {"domain_id": args.domain_id} if args.transport != "sim" else {}
     try:
+        takeover = _takeover(args)
         env = RobotEnv(args.policy, args.robot, args.transport, realtime=True, rewards=tuple(args.rewards),
                        reset_module=args.reset_module, max_episode_steps=args.episode_steps, seed=args.seed,
-                       session=session)
+                       session=session, takeover=takeover)
     except ValueError as exc:  # the transport refused (no robot answering, a wrong profile): nothing was commanded
         recorder.close()
         raise UserError(f"train-real: {exc}") from None
@@ -355,3 +359,22 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
                   f"period {r['period_p50'] * 1e3:.2f} ms, jitter p99 {r['jitter_p99'] * 1e3:.3f} ms (max "
                   f"{r['jitter_max'] * 1e3:.2f} ms); recorded {recorder.frames} frames into {record}", flush=True)
     return 0
+
+
+def _takeover(args: argparse.Namespace) -> Any:
+    """The operator's takeover device of `--takeover` (None without one); ValueError (one line) when it cannot open."""
+    if not getattr(args, "takeover", None):
+        return None
+    from robo_rl.core.assets import find_asset
+    from robo_rl.demos.teleop import DEVICES, DeviceTakeover, arm_chain
+    from robo_rl.deploy.hardware import load_hardware
+
+    hw = load_hardware(find_asset(args.robot, what="hardware file"))
+    if hw.kind != "arm":
+        raise ValueError(f"--takeover: end-effector teleoperation needs an arm; {hw.robot} is {hw.kind}")
+    try:
+        device = DEVICES[args.takeover]()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"--takeover {args.takeover}: {exc}") from None
+    return DeviceTakeover(device, arm_chain(hw), hw, 1.0 / hw.control_rate_hz)
+

@@ -23,7 +23,8 @@ from robo_rl.demos.dataset_writer import DatasetWriter
 def transition_features(obs_names: Sequence[str], action_dim: int) -> dict[str, Any]:
     """The dataset features of an actor's transitions."""
     return {"observation.policy": vector(obs_names), "action": vector([f"action_{i}" for i in range(action_dim)]),
-            "next.reward": scalar(), "next.done": scalar("bool"), "next.terminated": scalar("bool")}
+            "next.reward": scalar(), "next.done": scalar("bool"), "next.terminated": scalar("bool"),
+            "intervention": scalar("bool")}
 
 
 class TransitionRecorder:
@@ -47,10 +48,13 @@ class TransitionRecorder:
         self.dropped = 0
         self._open = False
 
-    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, terminated: bool, truncated: bool) -> None:
-        """One step (never blocks: a full queue drops it and counts it)."""
+    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, terminated: bool, truncated: bool, *,
+            intervention: bool = False) -> None:
+        """One step (never blocks: a full queue drops it and counts it); `intervention`: an operator's takeover
+        executed `action` instead of the policy."""
         frame = {"observation.policy": obs, "action": action, "next.reward": np.float32(reward),
-                 "next.done": bool(terminated or truncated), "next.terminated": bool(terminated)}
+                 "next.done": bool(terminated or truncated), "next.terminated": bool(terminated),
+                 "intervention": bool(intervention)}
         if self.writer.add_frame(frame, self.task, block=False):
             self.frames += 1
             self._open = True

@@ -36,7 +36,8 @@ MAX_MESSAGE_BYTES = 256 * 2**20
 """Largest reassembled message accepted (a transition batch or the actor's weights); more is refused."""
 
 TRANSITION_KEYS = {"obs": np.float32, "action": np.float32, "reward": np.float32, "terminated": np.bool_,
-                   "truncated": np.bool_, "next_obs": np.float32, "episode_start": np.bool_, "seq": np.int64}
+                   "truncated": np.bool_, "next_obs": np.float32, "episode_start": np.bool_, "intervention": np.bool_,
+                   "seq": np.int64}
 """Arrays of a transition batch and their dtypes: obs (B, O), action (B, A) (what the robot executed, env units),
 reward (B,), terminated (B,) (a failure or success: no bootstrap), truncated (B,) (time limit), next_obs (B, O),
 episode_start (B,) (the first step of an episode: the learner closes the world's previous one if it was left open, an

@@ -199,6 +199,7 @@ class RealRobotLearner:
         """Of the published weights; restored by a resume, so it keeps increasing over restarts."""
         self.train_time = 0.0
         self.owed = 0
+        self.interventions = 0  # steps of operator takeovers received (also in the demonstrations)
         self.recent_returns: deque[float] = deque(maxlen=100)
         self._episode_return = 0.0
         self._loss_sums: dict[str, float] = {}
@@ -209,7 +210,13 @@ class RealRobotLearner:
     # ------------------------------------------------------------------ data in, weights out
     def ingest(self, batch: dict[str, np.ndarray]) -> None:
         """Store one received transition batch (`learner_wire.TRANSITION_KEYS`) and owe one update per step."""
-        self.algo.add_transitions({k: torch.from_numpy(np.asarray(v)) for k, v in batch.items() if k != "seq"})
+        self.algo.add_transitions({k: torch.from_numpy(np.asarray(v)) for k, v in batch.items()
+                                   if k not in ("seq", "intervention")})
+        taken = np.asarray(batch["intervention"], dtype=bool)
+        if taken.any():  # an operator's takeover: also a demonstration (HIL-SERL), sampled by RLPD's demo share
+            self.algo.add_demos({k: np.asarray(batch[k])[taken] for k in
+                                 ("obs", "action", "reward", "next_obs", "terminated", "truncated")})
+            self.interventions += int(taken.sum())
         self.owed = min(self.owed + len(batch["seq"]), self.cfg.learner.max_updates_owed)
         done = batch["terminated"] | batch["truncated"]
         for reward, start, end in zip(batch["reward"], batch["episode_start"], done, strict=True):
@@ -327,7 +334,8 @@ class RealRobotLearner:
         out = {f"Loss/{k}": v / self._loss_counts[k] for k, v in self._loss_sums.items()}
         self._loss_sums, self._loss_counts = {}, {}
         s = self.service
-        out.update({"Learner/env_steps": self.algo.env_steps, "Learner/received": s.received,
+        out.update({"Learner/env_steps": self.algo.env_steps, "Learner/interventions": self.interventions,
+                    "Learner/received": s.received,
                     "Learner/dropped": s.dropped, "Learner/actor_dropped": sum(s.actor_dropped.values()),
                     "Learner/version": self.version, "Learner/replay_size": self.algo.buffer.size,
                     "Perf/updates_per_s": (self.iteration - self._logged_iteration) / max(seconds, 1e-9)})

@@ -96,3 +96,43 @@ def test_freshness_and_the_config_checks():
         build(ActorConfig, {"on_stale": "freeze"})
     with pytest.raises(ValueError, match="^learner address 'nowhere'"):
         build(ActorConfig, {"learner_address": "nowhere"})
+
+
+def test_an_operators_takeover_is_sent_and_recorded_as_executed_and_flagged(tmp_path):
+    """While the operator's device is held (steps 5-14) the actor streams and records the action executed (the
+    operator's, written as policy actions), flagged; the learner puts those rows into its demonstrations too."""
+    from robo_rl.demos.dataset_reader import DatasetReader
+    from robo_rl.demos.teleop import DeviceTakeover, TeleopInput, arm_chain
+    from robo_rl.demos.transition_recorder import TransitionRecorder
+
+    held = [False]
+    env = RobotEnv(*PANDA, rewards=("goal_distance",), reset_module="home", max_episode_steps=10_000, seed=0)
+    hw = env.runtime.hw
+    env.takeover = DeviceTakeover(lambda: TeleopInput(np.array([0.0, 1.0 if held[0] else 0.0, 0.0])), arm_chain(hw),
+                                  hw, 1.0 / hw.control_rate_hz, max_speed=0.2)
+    clock = lambda: env.runtime.robot.time  # noqa: E731
+    feed, sink = FakeFeed(), Sink()
+    o, a = env.observation_space.shape[0], env.action_space.shape[0]
+    record = TransitionRecorder(tmp_path / "rec", obs_names=[f"o{i}" for i in range(o)], action_dim=a, fps=50.0,
+                                task="reach")
+    actor = RobotActor(env, build(ActorConfig, {"max_param_age_s": 10.0}), feed, sink, log=lambda line: None,
+                       clock=clock, status_interval_s=0, record=record)
+    try:
+        weights = _weights("L1", 1, o, a)
+        weights.mean_head[1][:] = 5.0  # the policy always asks for nearly +bound: its actions are recognisable
+        feed.current = (weights, clock())
+        assert actor.step() == "reset"
+        for k in range(20):
+            held[0] = 5 <= k < 15
+            feed.current = (weights, clock())
+            assert actor.step() == "act"
+    finally:
+        env.close()
+        record.close()
+    flags = [bool(r["intervention"]) for r in sink]
+    assert flags == [False] * 5 + [True] * 10 + [False] * 5
+    assert all(r["action"].min() > 0.29 for r in sink[:5] + sink[15:])  # the policy's (bound 0.3)
+    assert all(r["action"].min() < 0.2 for r in sink[5:15])  # the operator's, written as policy actions
+    frames = DatasetReader(tmp_path / "rec").frames(["intervention", "action"])
+    np.testing.assert_array_equal(frames["intervention"].astype(bool), flags)
+    np.testing.assert_allclose(frames["action"], np.stack([r["action"] for r in sink]), rtol=1e-6)

@@ -189,3 +189,20 @@ def test_sigkill_of_the_actor_the_learner_keeps_serving_and_its_buffer_and_datas
         for p in (learner, actor):
             if p is not None and p.poll() is None:
                 p.kill()
+
+
+def test_the_takeover_device_needs_an_arm_and_a_device_that_opens():
+    """`--takeover`: end-effector teleoperation of an arm (None without the flag); one line otherwise."""
+    import argparse
+
+    from robo_rl.cli.train_real import _takeover
+
+    assert _takeover(argparse.Namespace(takeover=None, robot="hardware/panda.yaml")) is None
+    with pytest.raises(ValueError, match="^--takeover: end-effector teleoperation needs an arm; go2 is legged$"):
+        _takeover(argparse.Namespace(takeover="keyboard", robot="hardware/go2.yaml"))
+    code = ("import argparse, sys; from robo_rl.cli.train_real import _takeover\n"
+            "try:\n    _takeover(argparse.Namespace(takeover='keyboard', robot='hardware/panda.yaml'))\n"
+            "except ValueError as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, stdin=subprocess.DEVNULL, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.stdout.strip().startswith("--takeover keyboard: keyboard teleoperation needs a terminal"), out

@@ -24,7 +24,7 @@ def _rows(n: int, obs_dim: int = 3, action_dim: int = 2, start: int = 0) -> list
     rng = np.random.default_rng(start)
     return [{"obs": rng.normal(size=obs_dim), "action": rng.uniform(-1, 1, action_dim), "reward": float(i),
              "terminated": i == n - 1, "truncated": False, "next_obs": rng.normal(size=obs_dim),
-             "episode_start": i == 0, "seq": start + i} for i in range(n)]
+             "episode_start": i == 0, "intervention": False, "seq": start + i} for i in range(n)]
 
 
 def _weights(rng: np.random.Generator, *, layer_norm: bool = False, activation: str = "elu") -> ActorWeights:

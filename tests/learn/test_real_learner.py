@@ -19,9 +19,11 @@ from robo_rl.learn.replay_buffer import ReplayBuffer
 O, A = 6, 3
 
 
-def _row(i: int, rng: np.random.Generator, *, start: bool = False, terminated: bool = False) -> dict:
+def _row(i: int, rng: np.random.Generator, *, start: bool = False, terminated: bool = False,
+         intervention: bool = False) -> dict:
     return {"obs": rng.normal(size=O), "action": rng.uniform(-1, 1, A), "reward": float(i), "terminated": terminated,
-            "truncated": False, "next_obs": rng.normal(size=O), "episode_start": start, "seq": i}
+            "truncated": False, "next_obs": rng.normal(size=O), "episode_start": start, "intervention": intervention,
+            "seq": i}
 
 
 @pytest.fixture
@@ -201,8 +203,13 @@ def test_rlpd_trains_on_an_actors_own_recording_as_demonstrations(tmp_path):
     assert cfg.algo.demo_ratio == 0.5 and cfg.policy.num_critics == 4
     learner = RealRobotLearner(cfg, tmp_path / "run", log=lambda line: None)
     assert learner.algo.demos.size == 60 - 2  # a time-out's last frame has no next observation in the recording
-    learner.ingest(transition_batch([_row(i, rng, start=i == 0) for i in range(12)]))
+    rows = [_row(i, rng, start=i == 0, intervention=4 <= i < 7) for i in range(12)]
+    learner.ingest(transition_batch(rows))
     assert learner.train_step() and learner.iteration == 1
+    # an operator's takeover (steps 4-6): in the replay buffer like every step, and appended to the demonstrations
+    assert learner.interventions == 3 and learner.algo.demos.size == 58 + 3 and learner.algo.buffer.size == 12
+    np.testing.assert_allclose(learner.algo.demos.data["obs"][-3:].numpy(), np.stack([r["obs"] for r in rows[4:7]]),
+                               rtol=1e-6)
     with pytest.raises(ConfigError, match="^config error: algo_name = rlpd: needs demonstrations"):
         resolve_config("rlpd", template="t.onnx", obs_dim=O, action_dim=A, action_clip=1.0)
 

@@ -118,7 +118,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.record:  # the recorder is built here and handed to the deploy core (which never imports demos)
         from robo_rl.demos.recorder import recording_wrapper
 
-        wrap_recorder, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}")
+        wrap_recorder, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}",
+                                                  policy=lambda: runtime.policy)
 
         def wrap(robot: Any) -> Any:
             rec = wrap_recorder(robot)

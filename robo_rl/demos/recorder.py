@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,23 @@ from robo_rl.demos.dataset_writer import DatasetWriter
 Camera = Callable[[], np.ndarray]
 
 
-def robot_features(joint_names: tuple[str, ...], cameras: Mapping[str, tuple[int, int]], fps: float) -> dict:
-    """Dataset features of a recorded robot: joint positions and velocities, joint targets, camera images."""
-    features = {"observation.state": vector(joint_names), "observation.velocity": vector(joint_names),
-                "action": vector(joint_names)}
+def robot_features(joint_names: tuple[str, ...], cameras: Mapping[str, tuple[int, int]], fps: float,
+                   policy: tuple[Sequence[str], int] | None = None) -> dict:
+    """Dataset features of a recorded robot: joint positions and velocities, joint targets, camera images.
+
+    `policy` (observation names, action size) of the policy driving the robot: its observation
+    (`observation.policy`) and raw actions (`action`) are recorded too, the joint targets then as
+    `command.joint_position` — the features `robo-rl record` writes in simulation, so BC trains on either.
+    Without one, `action` holds the joint targets.
+    """
+    features = {"observation.state": vector(joint_names), "observation.velocity": vector(joint_names)}
+    if policy is None:
+        features["action"] = vector(joint_names)
+    else:
+        obs_names, action_dim = policy
+        features.update({"observation.policy": vector(list(obs_names)),
+                         "action": vector([f"action_{i}" for i in range(action_dim)]),
+                         "command.joint_position": vector(joint_names)})
     for name, (height, width) in cameras.items():
         features[f"observation.images.{name}"] = camera(height, width, fps)
     return features
@@ -48,8 +61,10 @@ class RecordingRobot:
     """
 
     def __init__(self, robot: Any, writer: DatasetWriter, *, task: str, cameras: Mapping[str, Camera] | None = None,
-                 recording: bool = True, gate: Callable[[], bool] | None = None):
+                 recording: bool = True, gate: Callable[[], bool] | None = None, policy: Any = None):
         self.robot, self.writer, self.task = robot, writer, task
+        self.policy = policy
+        """The PolicyStep driving the robot (its `last_obs`, `last_action` of this tick are recorded), or None."""
         self.cameras = dict(cameras or {})
         self.recording = recording
         self.gate = gate
@@ -81,7 +96,12 @@ class RecordingRobot:
             return
         state = self._last_state
         order = [command.joint_names.index(n) for n in state.joint_names]  # targets in the state's joint order
-        frame = {"observation.state": state.q, "observation.velocity": state.dq, "action": command.q[order]}
+        frame = {"observation.state": state.q, "observation.velocity": state.dq}
+        if self.policy is None:
+            frame["action"] = command.q[order]
+        else:  # recorded while the policy drives (the gate): its observation and raw actions of this tick
+            frame.update({"observation.policy": self.policy.last_obs, "action": self.policy.last_action,
+                          "command.joint_position": command.q[order]})
         for name, grab in self.cameras.items():
             frame[f"observation.images.{name}"] = grab()
         if self.writer.add_frame(frame, task=self.task, block=False):
@@ -218,16 +238,24 @@ class LatestFrameCamera:
         self._cap.release()
 
 
-def recording_wrapper(root: str | Path, *, task: str) -> tuple[Callable[[Any], RecordingRobot], dict]:
+def recording_wrapper(root: str | Path, *, task: str, policy: Callable[[], Any] | None = None
+                      ) -> tuple[Callable[[Any], RecordingRobot], dict]:
     """(wrap_robot for `open_session`, holder): the wrapped robot records every tick into a new dataset at
-    `root` (the robot's joints, the commands); holder["rec"] is the RecordingRobot once wrapped."""
+    `root` (the robot's joints, the commands; with `policy`, which returns the PolicyStep driving the robot once it
+    is loaded (when the robot is wrapped), its observations and raw actions); holder["rec"] is the RecordingRobot
+    once wrapped."""
     holder: dict[str, Any] = {}
 
     def wrap(robot: Any) -> RecordingRobot:
         hw = robot.hw
+        dims, step = None, policy() if policy is not None else None
+        if step is not None:
+            contract = step.policy.contract
+            dims = ([f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)],
+                    contract.action_dim)
         writer = DatasetWriter(root, fps=hw.control_rate_hz, robot_type=hw.robot,
-                               features=robot_features(hw.joint_names, {}, hw.control_rate_hz))
-        holder["rec"] = RecordingRobot(robot, writer, task=task)
+                               features=robot_features(hw.joint_names, {}, hw.control_rate_hz, dims))
+        holder["rec"] = RecordingRobot(robot, writer, task=task, policy=step)
         return holder["rec"]
 
     return wrap, holder

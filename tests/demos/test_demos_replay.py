@@ -97,6 +97,13 @@ def test_deploy_records_its_policy_ticks_and_they_replay(tmp_path, cli):
     # with or without the loop's real-time priority and spin: the real-time twin's steps slip. The exact
     # replay is checked by test_an_episode_recorded_on_the_twin_replays_to_the_same_states (1e-5).
     assert float(replay.stdout.split("max ")[1].split(" rad")[0]) < 0.05
+    # the policy's observations and raw actions are recorded too (`robo-rl record`'s features): BC trains on them
+    reader = DatasetReader(tmp_path / "dep")
+    assert {"observation.policy", "action", "command.joint_position"} <= set(reader.features)
+    assert reader.features["action"]["shape"] == [7] and reader.features["observation.policy"]["shape"] == [27]
+    bc = cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(tmp_path / "dep"), "--max-iterations",
+             "2", "--set", f"runner.log_dir={tmp_path / 'runs'}", "--set", "runner.eval_episodes=0", "--run-name", "bc")
+    assert bc.returncode == 0, bc.stderr[-2000:]
     bad = cli("replay", str(tmp_path / "dep"), "--robot", str(PANDA), "--transport", "ros")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     assert "replay: transport 'ros' is not available; choose from: " in bad.stderr, bad.stderr

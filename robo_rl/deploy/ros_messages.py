@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.robot import JointCommand, RobotState
+from robo_rl.deploy.robot import JointCommand, RobotState, Setpoints
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, PD_TARGET_ROWS
 
 
@@ -260,6 +260,10 @@ def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, perio
         interface: one of COMMAND_INTERFACES.
         cmd: command in the robot's joint order (what `SafetyFilter.filter_command` returns).
         period: control period (s): a joint_trajectory point is to be reached one period later.
+
+    A command with setpoints (robo_rl.deploy.smoothing) goes out on joint_trajectory as one point per setpoint
+    (positions, velocities, accelerations; time_from_start one setpoint period apart); the other interfaces carry its
+    target `q` (the last setpoint).
     """
     check_command_interface(interface)
     if interface == "forward_position":
@@ -267,22 +271,34 @@ def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, perio
     if interface == "pd_targets":
         rows = np.stack([cmd.q, cmd.dq, cmd.kp, cmd.kd, cmd.tau])  # (5, J)
         return multi_array_message(types, rows, ("command", "joints"))
-    point = types.JointTrajectoryPoint(
-        positions=types.float64_array(np.asarray(cmd.q, dtype=np.float64)),
-        velocities=types.float64_array(np.asarray(cmd.dq, dtype=np.float64)),
-        accelerations=types.float64_array(np.zeros(0)),
-        effort=types.float64_array(np.zeros(0)),
-        time_from_start=make_duration(types, period),
-    )
+    if cmd.setpoints is not None:
+        sp = cmd.setpoints
+        points = [trajectory_point(types, sp.q[i], sp.dq[i], (i + 1) * sp.period, sp.ddq[i]) for i in range(len(sp.q))]
+    else:
+        points = [trajectory_point(types, cmd.q, cmd.dq, period)]
     # A zero header stamp means "start now" to joint_trajectory_controller.
-    return types.JointTrajectory(header=make_header(types, 0.0), joint_names=list(cmd.joint_names), points=[point])
+    return types.JointTrajectory(header=make_header(types, 0.0), joint_names=list(cmd.joint_names), points=points)
+
+
+def trajectory_point(types: MessageTypes, q: np.ndarray, dq: np.ndarray, time_from_start: float,
+                     ddq: np.ndarray | None = None) -> Any:
+    """A JointTrajectoryPoint with positions, velocities, accelerations (empty when None), no effort."""
+    return types.JointTrajectoryPoint(
+        positions=types.float64_array(np.asarray(q, dtype=np.float64)),
+        velocities=types.float64_array(np.asarray(dq, dtype=np.float64)),
+        accelerations=types.float64_array(np.zeros(0) if ddq is None else np.asarray(ddq, dtype=np.float64)),
+        effort=types.float64_array(np.zeros(0)),
+        time_from_start=make_duration(types, time_from_start),
+    )
 
 
 def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     """A command message as a JointCommand, what a driver (here the sim twin) would apply.
 
     forward_position and joint_trajectory carry positions only: the robot's own position loop applies
-    them with its own gains, which the twin takes from the hardware file (hw.kp, hw.kd).
+    them with its own gains, which the twin takes from the hardware file (hw.kp, hw.kd). A joint_trajectory of
+    several points, evenly spaced in time from one period after arrival, is a command with setpoints (played one per
+    period, as joint_trajectory_controller samples them); one point is a target reached one period later.
 
     Raises:
         ValueError: the message does not match the interface or the robot's joints (one line).
@@ -291,21 +307,7 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     n = len(hw.joint_names)
     zeros = np.zeros(n)
     if interface == "joint_trajectory":
-        if len(msg.points) != 1:
-            raise ValueError(f"joint_trajectory: {len(msg.points)} points (the twin takes exactly 1)")
-        names = tuple(str(j) for j in msg.joint_names)
-        point = msg.points[0]
-        q = np.asarray(point.positions, dtype=np.float64)
-        dq = np.asarray(point.velocities, dtype=np.float64)
-        if q.shape != (len(names),) or dq.size not in (0, len(names)):
-            raise ValueError(f"joint_trajectory: {q.size} positions, {dq.size} velocities for {len(names)} joints")
-        idx = hw.index_of(names)
-        q_robot = np.full(n, np.nan)  # joints left out stay NaN: the filter refuses such a command
-        q_robot[idx] = q
-        dq_robot = zeros.copy()
-        if dq.size:
-            dq_robot[idx] = dq
-        return JointCommand(hw.joint_names, q_robot, dq_robot, hw.kp.copy(), hw.kd.copy(), zeros.copy())
+        return _decode_trajectory(msg, hw)
     labels, data = read_multi_array(msg)
     if interface == "forward_position":
         if data.shape != (n,):
@@ -316,6 +318,38 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
                          f"(rows {', '.join(PD_TARGET_ROWS)})")
     q, dq, kp, kd, tau = (row.copy() for row in data)
     return JointCommand(hw.joint_names, q, dq, kp, kd, tau)
+
+
+def _decode_trajectory(msg: Any, hw: HardwareSpec) -> JointCommand:
+    """decode_command for joint_trajectory: (N, J) points in the robot's joint order (ValueError, one line)."""
+    names = tuple(str(j) for j in msg.joint_names)
+    m, count = len(names), len(msg.points)
+    if count == 0:
+        raise ValueError("joint_trajectory: no points")
+    times = np.array([stamp_seconds(p.time_from_start) for p in msg.points])  # (N,)
+    rows = {key: [np.asarray(getattr(p, key), dtype=np.float64) for p in msg.points]
+            for key in ("positions", "velocities", "accelerations")}
+    for key, allowed in (("positions", (m,)), ("velocities", (0, m)), ("accelerations", (0, m))):
+        sizes = {r.size for r in rows[key]}
+        if not sizes <= set(allowed) or len(sizes) > 1:
+            raise ValueError(f"joint_trajectory: {key} of sizes {sorted(sizes)} for {m} joints")
+    period = float(times[0])
+    if not period > 0 or (count > 1 and not np.allclose(np.diff(times), period, rtol=1e-6, atol=1e-9)):
+        raise ValueError(f"joint_trajectory: points at {times[:3].round(6).tolist()}... s: the twin plays points "
+                         "evenly spaced from one period after arrival")
+    n = len(hw.joint_names)
+    idx = hw.index_of(names)
+
+    def robot_order(key: str, fill: float) -> np.ndarray:  # (N, J); joints left out stay `fill`
+        out = np.full((count, n), fill)
+        if rows[key][0].size:
+            out[:, idx] = np.stack(rows[key])
+        return out
+
+    q, dq, ddq = robot_order("positions", np.nan), robot_order("velocities", 0.0), robot_order("accelerations", 0.0)
+    setpoints = Setpoints(period=period, q=q, dq=dq, ddq=ddq) if count > 1 else None
+    return JointCommand(hw.joint_names, q[-1].copy(), dq[-1].copy(), hw.kp.copy(), hw.kd.copy(), np.zeros(n),
+                        setpoints=setpoints)
 
 
 # ---------------------------------------------------------------------------------------------- diagnostics

@@ -51,7 +51,7 @@ def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_doma
     """In one process, two participants: state flows one way, commands the other (ros2 profile for the arm,
     Unitree's lowstate / lowcmd with CRC for the Go2); a malformed or corrupted command never reaches the twin."""
     hw = PANDA if robot == "panda" else GO2
-    settings = DdsSettings.from_hardware(hw)
+    settings = DdsSettings.from_hardware(hw, command_interface="pd_targets")  # the Unitree profile has its own
     assert settings.profile == ("ros2" if robot == "panda" else "unitree")
     twin = SimRobot(REPO / "envs" / f"{robot}.xml", hw, control_dt=0.02, realtime=True)
     served, used, bad = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
@@ -76,7 +76,9 @@ def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_doma
         wait_until(lambda: server.commands >= 20, 3.0, "the commands to arrive")
         # What the twin's motor drivers hold is exactly what was sent (float32 on Unitree's wire).
         np.testing.assert_allclose(twin.data.ctrl[twin.aid], target, atol=1e-6)
-        np.testing.assert_allclose(twin.model.actuator_gainprm[twin.aid, 0], hw.kp, atol=1e-5)
+        # The gains: the command's, or (a Franka, controller.gains: robot) the twin's own servo, as the robot's own.
+        own = hw.controller.gains == "robot"
+        np.testing.assert_allclose(twin.model.actuator_gainprm[twin.aid, 0], twin.servo_kp if own else hw.kp, atol=1e-5)
         if robot == "panda":
             wait_until(lambda: abs(client.read_state().q[0] - target[0]) < 0.03, 3.0, "joint1 to follow")
         applied = server.commands
@@ -265,7 +267,8 @@ def _deploy_and_start(domain: int, policy: str, robot: str, tmp_path, *extra: st
         wait_until(lambda: probe.mode() == "READY" or deploy.poll() is not None, 60.0, "the deploy side to be READY")
         assert deploy.poll() is None, (tmp_path / "deploy.log").read_text()
         time.sleep(1.0)
-        assert probe.mode() == "READY"  # READY stays READY: POLICY waits for the operator
+        # READY stays READY: POLICY waits for the operator
+        assert probe.mode() == "READY", (tmp_path / "deploy.log").read_text()[-3000:]
         if via == "topic":
             wait_until(probe.matched, 5.0, "the operator topic")
             probe.operator("start")

@@ -6,6 +6,7 @@ import torch
 
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.observations import ObservationBuilder
+from robo_rl.deploy.policy import robot_contract
 from robo_rl.deploy.robot import RobotState
 from robo_rl.tasks.task_registry import make_env
 from tests.conftest import REPO
@@ -23,8 +24,8 @@ def robot_state_of(env, world: int, hw) -> RobotState:
         stamp=0.0,
         received=0.0,
         joint_names=hw.joint_names,
-        q=qpos[b.joint_qpos_index(hw.joint_names).numpy()],
-        dq=qvel[b.joint_qvel_index(hw.joint_names).numpy()],
+        q=qpos[b.joint_qpos_index(hw.model_names).numpy()],  # the model's names of the robot's joints
+        dq=qvel[b.joint_qvel_index(hw.model_names).numpy()],
         imu_quat=qpos[3:7] if floating else None,
         imu_gyro=qvel[3:6] if floating else None,
         ee_pos=ee,
@@ -36,7 +37,7 @@ def test_observation_parity_on_recorded_states(task, robot, command_term):
     hw = load_hardware(REPO / "hardware" / f"{robot}.yaml")
     env = make_env(task, 6, seed=2)
     obs = env.reset()
-    builder = ObservationBuilder(env.contract, hw)
+    builder = ObservationBuilder(robot_contract(env.contract, hw), hw)  # joints named as the robot does, as deployed
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
     for step in range(40):

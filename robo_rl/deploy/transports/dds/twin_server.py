@@ -42,11 +42,13 @@ class DdsTwinServer:
             start ("normal", "ai", "advanced"), "released", or "locked" (normal, refusing every release); while
             a sport mode is active the twin ignores low-level commands (counted in `ignored`), as the onboard
             controller would fight them. None: no motion switcher (a simulator bridge without one).
+        publish_ee: ros2 profile, arms: publish the end-effector position (ee_position); False as franka_ros2, which
+            publishes none (the deploy core then computes it from the joints).
     """
 
     def __init__(self, robot: RobotInterface, hw: HardwareSpec, settings: DdsSettings, endpoint: DdsEndpoint, *,
                  rate_hz: float = 200.0, base_twist: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
-                 sport_mode: str | None = None):
+                 sport_mode: str | None = None, publish_ee: bool = True):
         if not (np.isfinite(rate_hz) and 0 < rate_hz <= 2000):
             raise ValueError(f"twin rate_hz = {rate_hz!r}: must be in (0, 2000]")
         self.robot = robot
@@ -75,7 +77,7 @@ class DdsTwinServer:
             self._state_writers = {"joints": endpoint.writer(topics["joints"], dt.JointState, names.SENSOR_QOS)}
             if hw.kind == "legged":
                 self._state_writers["imu"] = endpoint.writer(topics["imu"], dt.Imu, names.SENSOR_QOS)
-            else:
+            elif publish_ee:
                 self._state_writers["ee"] = endpoint.writer(topics["ee"], dt.PointStamped, names.SENSOR_QOS)
             struct = dt.ROS_STRUCTS[names.COMMAND_TOPICS[settings.command_interface].ros_type]
             endpoint.reader(settings.command_topic_name(), struct, names.COMMAND_QOS, self._on_command)
@@ -143,11 +145,12 @@ class DdsTwinServer:
 
 def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s: float | None,
                command_interface: str | None = None, physics_dt: float | None = None, latency_s: float = 0.0,
-               noise_std: float = 0.0, seed: int = 0, sport_mode: str | None = "normal",
+               noise_std: float = 0.0, seed: int = 0, sport_mode: str | None = "normal", publish_ee: bool = True,
                out: TextIO = sys.stdout) -> int:
     """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied.
 
-    `sport_mode` (unitree profile; see DdsTwinServer) is ignored on the ros2 profile, whose robots have none.
+    `sport_mode` (unitree profile; see DdsTwinServer) is ignored on the ros2 profile, whose robots have none;
+    `publish_ee` False publishes no end-effector position (as franka_ros2).
     """
     hw = load_hardware(find_asset(hardware_path, what="hardware file"))
     settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
@@ -163,7 +166,8 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
     stop = threading.Event()
     try:
         server = DdsTwinServer(robot, hw, settings, endpoint, rate_hz=rate_hz,
-                               base_twist=robot.base_twist if robot.floating else None, sport_mode=sport_mode)
+                               base_twist=robot.base_twist if robot.floating else None, sport_mode=sport_mode,
+                               publish_ee=publish_ee)
     except BaseException:
         robot.close()
         endpoint.close()
@@ -171,7 +175,8 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
     try:
         topics = settings.state_topics()
         sport = f", sport mode {sport_mode}" if sport_mode is not None else ""  # at start (deploy may release it now)
-        print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz, "
+        ee = "" if publish_ee or hw.kind != "arm" else ", no end-effector position"
+        print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz{ee}, "
               f"commands on {settings.command_topic_name()}{sport}; Ctrl-C stops", file=out, flush=True)
         server.serve(stop, duration_s)
     except KeyboardInterrupt:

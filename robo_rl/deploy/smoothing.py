@@ -117,9 +117,13 @@ class JerkLimitedInterpolator:
         return self.q is not None
 
     def start(self, q: np.ndarray) -> None:
-        """Rest at q (J,) (clipped into the limits)."""
-        lim = self.limits
-        self.q = np.clip(np.asarray(q, dtype=np.float64), lim.lower, lim.upper)
+        """Rest at q (J,), exactly (libfranka's first setpoint is the measured pose; one at or past a limit moves back
+        inside, never further out)."""
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape != self.limits.lower.shape or not np.all(np.isfinite(q)):
+            raise ValueError(f"start pose of shape {q.shape} with non-finite values: {len(self.limits.lower)} finite "
+                             "joint positions needed")
+        self.q = q.copy()
         self.v = np.zeros_like(self.q)
         self.a = np.zeros_like(self.q)
 

@@ -311,7 +311,9 @@ def test_panda_reach_over_dds_between_two_processes(dds_domain, tmp_path):
             distances.append(np.linalg.norm(rm.read_point(probe.latest("rt/ee_position")) - target))
         deployed = float(np.mean(distances))
         print(f"panda reach over DDS: {deployed:.4f} m (trained {trained['ee_distance_final']:.4f} m)")
-        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.01, \
+        # hardware/panda.yaml holds the Franka's acceleration and jerk limits (1 kHz setpoints), which the policy's
+        # training servo never had: in simulation they cost about 6 mm (tests/deploy/test_deploy_closed_loop.py).
+        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.015, \
             (distances, probe.mode(), (tmp_path / "deploy.log").read_text()[-2000:])
         _finish(deploy, twin, tmp_path)
     finally:

@@ -108,6 +108,31 @@ CONTROLLER_GAINS = ("command", "robot")
 
 
 @dataclass(frozen=True, kw_only=True)
+class GripperConfig:
+    """A gripper with a controller of its own (the hardware file's optional `gripper`): the Franka Hand through
+    franka_gripper, which takes Move and Grasp goals (franka_msgs/action) instead of a joint target every tick.
+
+    The policy drives `joint` like any joint (a finger's position, m; the hand's width is twice it); the deploy core
+    sends franka_gripper a goal when the target turns to close (Grasp) or to open (Move) (robo_rl.deploy.gripper).
+    """
+
+    joint: str
+    """The joint of joint_names the policy drives (one finger, m)."""
+    namespace: str = "panda_gripper"
+    """franka_gripper's node (franka_ros2 names it <arm_id>_gripper): its goals and state are <namespace>/...."""
+    speed: float = 0.1
+    """Finger speed of every goal (m/s; franka_gripper's default_speed; the Franka Hand's maximum)."""
+    force: float = 20.0
+    """Grasping force (N)."""
+    epsilon_inner: float = 0.005
+    """Grasp tolerance below the commanded width (m; franka_gripper's default): libfranka counts a grasp as made
+    when the fingers stop between width - epsilon_inner and width + epsilon_outer."""
+    epsilon_outer: float = 0.08
+    """Grasp tolerance above the commanded width (m): the hand's whole stroke, since a grasp is commanded to the
+    closed width and stops wherever the object is."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class EstimatorConfig:
     """State estimators the deploy core runs on the robot side (the hardware file's optional `estimator`)."""
 
@@ -163,6 +188,8 @@ class HardwareSpec:
     """Optional state estimators (legged robots only)."""
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     """The robot-side controller the commands reach (gains, setpoint rate and limits)."""
+    gripper: GripperConfig | None = None
+    """A gripper with its own controller (franka_gripper), or None: every joint is the controller's."""
     transport: dict[str, Any] = field(default_factory=dict)
     """Transport settings (topics, interfaces); read by the transport that is chosen."""
 
@@ -301,6 +328,37 @@ def _controller(raw: dict[str, Any], n: int, rate: float, path: Path) -> Control
     return ControllerConfig(gains=gains, setpoint_rate_hz=float(setpoint_rate), **arrays)
 
 
+def _gripper(raw: dict[str, Any], names: tuple[str, ...], model_names: tuple[str, ...] | None, kind: str,
+             path: Path) -> GripperConfig | None:
+    """The `gripper` section (its joint named as the robot or as the model names it); ValueError (one line)."""
+    section = raw.get("gripper")
+    if section is None:
+        return None
+    known = GripperConfig.__dataclass_fields__
+    if kind != "arm" or not isinstance(section, dict):
+        raise ValueError(f"{path}: gripper must be a mapping (keys: {', '.join(known)}) on a kind: arm robot")
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown gripper key(s) {', '.join(unknown)}; valid keys: {', '.join(known)}")
+    joint = section.get("joint")
+    to_robot = dict(zip(model_names or names, names, strict=True))
+    if not isinstance(joint, str) or to_robot.get(joint, joint) not in names:
+        raise ValueError(f"{path}: gripper.joint = {joint!r}: must be one of joint_names (the finger the policy "
+                         f"drives)")
+    namespace = section.get("namespace", GripperConfig.namespace)
+    if not isinstance(namespace, str) or not namespace or namespace.startswith("~"):
+        raise ValueError(f"{path}: gripper.namespace = {namespace!r}: must be a ROS name (e.g. panda_gripper)")
+    numbers = {}
+    for key in ("speed", "force", "epsilon_inner", "epsilon_outer"):
+        value = section.get(key, getattr(GripperConfig, key))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                or (value == 0 and key in ("speed", "force")):
+            raise ValueError(f"{path}: gripper.{key} = {value!r}: must be a finite number "
+                             f"{'> 0' if key in ('speed', 'force') else '>= 0'}")
+        numbers[key] = float(value)
+    return GripperConfig(joint=to_robot.get(joint, joint), namespace=namespace, **numbers)
+
+
 def check_setpoint_rate(setpoint_rate_hz: object, policy_rate_hz: float, what: str) -> None:
     """ValueError (one line) unless the controller's setpoint rate is a number that is a whole multiple (>= 1) of the
     policy rate: each policy tick becomes setpoint_rate_hz / policy_rate_hz setpoints."""
@@ -358,8 +416,8 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
     numbers, limits not positive, gains negative or above kp_max / kd_max, a legged robot without
     `safety.max_tilt_rad`, any safety value outside the safe range its SafetyConfig field states, `feet` on an
     arm or malformed, an `estimator` section that is malformed or (base_velocity) on a robot without feet, a
-    `model_joint_names` map that is malformed or names one joint twice, and a `controller` section that is malformed
-    or whose setpoint rate is not a whole multiple of control_rate_hz.
+    `model_joint_names` map that is malformed or names one joint twice, a `controller` section that is malformed
+    or whose setpoint rate is not a whole multiple of control_rate_hz, and a malformed `gripper` section.
 
     Args:
         path: the YAML file.
@@ -416,6 +474,7 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
     estimator = _estimator(raw, kind, feet, p)
     model_names = _model_joint_names(raw, names, p)
     controller = _controller(raw, n, float(rate), p)
+    gripper = _gripper(raw, tuple(names), model_names, kind, p)
 
     spec = HardwareSpec(
         robot=str(raw.get("robot", p.stem)),
@@ -436,6 +495,7 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
         safety=safety,
         estimator=estimator,
         controller=controller,
+        gripper=gripper,
         transport=dict(raw.get("transport") or {}),
     )
     bad = [spec.joint_names[i] for i in np.flatnonzero(spec.joint_lower >= spec.joint_upper)]

@@ -320,6 +320,16 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     return JointCommand(hw.joint_names, q, dq, kp, kd, tau)
 
 
+def command_subset(cmd: JointCommand, keep: np.ndarray) -> JointCommand:
+    """`cmd` for its joints at positions `keep` (K,) only (every array, setpoints included)."""
+    sp = cmd.setpoints
+    setpoints = None if sp is None else Setpoints(period=sp.period, q=sp.q[:, keep], dq=sp.dq[:, keep],
+                                                  ddq=sp.ddq[:, keep])
+    return JointCommand(tuple(cmd.joint_names[i] for i in keep), *(np.asarray(a)[keep] for a in
+                                                                  (cmd.q, cmd.dq, cmd.kp, cmd.kd, cmd.tau)),
+                        setpoints=setpoints)
+
+
 def _decode_trajectory(msg: Any, hw: HardwareSpec) -> JointCommand:
     """decode_command for joint_trajectory: (N, J) points in the robot's joint order (ValueError, one line)."""
     names = tuple(str(j) for j in msg.joint_names)
@@ -397,7 +407,9 @@ class StateAssembler:
     Subscription callbacks (rclpy, Cyclone DDS listeners) feed messages in; the control loop calls
     `latest`. The state's `received` is the receive time of its oldest required part, so a silent IMU
     makes the whole state stale and trips the watchdog. A malformed message is dropped and counted in
-    `rejected` (the state then ages until the watchdog acts).
+    `rejected` (the state then ages until the watchdog acts). A gripper with its own node (franka_gripper) reports
+    its fingers on a joint_states of its own: `on_gripper_state` adds them to the arm's joints (their age does not
+    age the state: the gripper reports at 50 Hz and is not the arm's controller).
 
     Args:
         hw: the robot (quaternion order).
@@ -417,6 +429,8 @@ class StateAssembler:
         self._imu: tuple | None = None  # (quat, gyro, received, acc or None)
         self._foot_force: np.ndarray | None = None  # (F,) with the joints (a vendor's low-level state)
         self._ee: tuple | None = None  # (position, received)
+        self._gripper: tuple | None = None  # (names, q, dq) of a gripper's own joint_states
+        self.needs_gripper = hw.gripper is not None
         self.received_count: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
         self.last_error: str | None = None
@@ -462,6 +476,17 @@ class StateAssembler:
             return
         self.set_imu(quat, gyro, received)
 
+    def on_gripper_state(self, msg: Any, received: float | None = None) -> None:
+        """A gripper node's joint_states (franka_gripper: both fingers at width / 2, velocities 0)."""
+        try:
+            names, q, dq, _, _ = read_joint_state(msg)
+        except (ValueError, TypeError, AttributeError) as exc:
+            self._reject("gripper joint_states", exc)
+            return
+        with self._lock:
+            self._gripper = (names, q, dq)
+            self.received_count["gripper_joint_states"] += 1
+
     def on_ee_position(self, msg: Any, received: float | None = None) -> None:
         try:
             pos = read_point(msg)
@@ -475,10 +500,16 @@ class StateAssembler:
     def latest(self) -> RobotState | None:
         """The newest complete state, or None until every required part has arrived once."""
         with self._lock:
-            joints, imu, ee, foot_force = self._joints, self._imu, self._ee, self._foot_force
-        if joints is None or (self.needs_imu and imu is None) or (self.needs_ee and ee is None):
+            joints, imu, ee, foot_force, gripper = self._joints, self._imu, self._ee, self._foot_force, self._gripper
+        if joints is None or (self.needs_imu and imu is None) or (self.needs_ee and ee is None) or \
+                (self.needs_gripper and gripper is None):
             return None
         names, q, dq, tau, stamp, received = joints
+        if gripper is not None:  # the fingers the arm's joint_states lack, appended
+            extra = [i for i, n in enumerate(gripper[0]) if n not in names]
+            names = names + tuple(gripper[0][i] for i in extra)
+            q, dq = np.concatenate([q, gripper[1][extra]]), np.concatenate([dq, gripper[2][extra]])
+            tau = None if tau is None else np.concatenate([tau, np.zeros(len(extra))])
         if imu is not None:
             received = min(received, imu[2]) if self.needs_imu else received
         if ee is not None and self.needs_ee:

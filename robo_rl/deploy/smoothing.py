@@ -177,7 +177,9 @@ class SmoothingRobot:
     Each command's target is followed by `rate / control rate` setpoints (JerkLimitedInterpolator); a command without
     stiffness (kp = 0 on every joint: PASSIVE, DAMP, ESTOP) brakes to rest instead, since a position-controlled arm has
     no limp mode: it stops within the limits and holds there. The interpolator starts at rest at the measured pose of
-    the state read before the first command (libfranka's start condition). Thread-safe.
+    the state read before the first command (libfranka's start condition). A gripper with its own controller
+    (hardware `gripper`) keeps its target in every setpoint: franka_gripper, not the 1 kHz stream, moves it.
+    Thread-safe.
 
     Args:
         robot: the robot as connected (a transport that sends `command.setpoints`: DDS joint_trajectory, the twin).
@@ -194,6 +196,7 @@ class SmoothingRobot:
         self.steps = round(control_dt * rate)
         self.interpolator = JerkLimitedInterpolator(SetpointLimits.from_hardware(hw), rate)
         self._measured: np.ndarray | None = None  # (J,) the last state's q, robot order
+        self._gripper = None if hw.gripper is None else int(hw.index_of([hw.gripper.joint])[0])
         self._lock = threading.Lock()
 
     def read_state(self) -> RobotState:
@@ -219,6 +222,9 @@ class SmoothingRobot:
                 self.interpolator.start(np.where(np.isfinite(start), start, target))
             stiff = bool(np.any(np.asarray(command.kp) > 0))
             points = self.interpolator.advance(target if stiff else None, self.steps)  # (steps, J) robot order
+        if self._gripper is not None:  # moved by its own controller (franka_gripper): its target as it is
+            points.q[:, self._gripper], points.dq[:, self._gripper], points.ddq[:, self._gripper] = (
+                target[self._gripper], 0.0, 0.0)
         setpoints = Setpoints(period=points.period, q=points.q[:, idx], dq=points.dq[:, idx], ddq=points.ddq[:, idx])
         self.robot.send_command(dataclasses.replace(command, q=setpoints.q[-1].copy(), setpoints=setpoints))
 

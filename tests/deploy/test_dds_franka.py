@@ -22,6 +22,7 @@ from tests.deploy.test_dds_transport import _deploy_and_start, _finish  # noqa: 
 PANDA = load_hardware(REPO / "hardware" / "panda.yaml")
 MODEL = REPO / "envs" / "panda.xml"
 TRAJECTORY_TOPIC = "rt/joint_trajectory_controller/joint_trajectory"
+STATE_TOPIC = "rt/franka/joint_states"  # franka_ros2's remap of the controller manager's joint_states
 
 
 def franka_twin_hardware(tmp_path) -> str:
@@ -54,21 +55,21 @@ def test_reach_over_dds_against_a_twin_that_publishes_franka_ros2_names_and_no_e
     by MuJoCo's own kinematics of the joint states the twin publishes."""
     hardware = franka_twin_hardware(tmp_path)
     twin = start_twin(hardware, dds_domain, "--no-ee-position", log=tmp_path / "twin.log")
-    joints = Probe(dds_domain, {"rt/joint_states": dt.JointState, "rt/ee_position": dt.PointStamped,
+    joints = Probe(dds_domain, {STATE_TOPIC: dt.JointState, "rt/ee_position": dt.PointStamped,
                                 TRAJECTORY_TOPIC: dt.JointTrajectory})
     deploy = probe = None
     model = mujoco.MjModel.from_xml_path(str(MODEL))
     data = mujoco.MjData(model)
 
     def end_effector() -> np.ndarray:  # MuJoCo's kinematics of the newest joint_states (names mapped by hand)
-        names, q, *_ = rm.read_joint_state(joints.latest("rt/joint_states"))
+        names, q, *_ = rm.read_joint_state(joints.latest(STATE_TOPIC))
         assert names == PANDA.joint_names
         data.qpos[:7] = q
         mujoco.mj_kinematics(model, data)
         return data.site_xpos[mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_SITE, "ee")].copy()
 
     try:
-        wait_until(lambda: joints.latest("rt/joint_states") is not None, 30.0, "joint_states from the twin")
+        wait_until(lambda: joints.latest(STATE_TOPIC) is not None, 30.0, "joint_states from the twin")
         deploy, probe = _deploy_and_start(dds_domain, "panda_reach", "panda", tmp_path, hardware=hardware)
         trained = json.loads((REPO / "policies" / "panda_reach.json").read_text())["extra"]["train_eval"]
         targets = np.random.default_rng(0).uniform([0.35, -0.25, 0.15], [0.65, 0.25, 0.55], size=(4, 3))
@@ -104,10 +105,10 @@ def test_cli_refuses_a_hardware_file_whose_joints_the_robot_does_not_report(dds_
     wrong = tmp_path / "wrong_names.yaml"
     wrong.write_text((tmp_path / "panda.yaml").read_text().replace("panda_joint", "fr3_joint"))
     twin = start_twin(twin_hw, dds_domain, "--no-ee-position", log=tmp_path / "twin.log")
-    probe = Probe(dds_domain, {"rt/joint_states": dt.JointState,
+    probe = Probe(dds_domain, {STATE_TOPIC: dt.JointState,
                                TRAJECTORY_TOPIC: dt.JointTrajectory})
     try:
-        wait_until(lambda: probe.latest("rt/joint_states") is not None, 30.0, "joint_states from the twin")
+        wait_until(lambda: probe.latest(STATE_TOPIC) is not None, 30.0, "joint_states from the twin")
         deploy = start_cli("deploy", "--policy", "policies/panda_reach.onnx", "--robot", str(wrong), "--transport",
                            "dds", "--domain-id", str(dds_domain), log=tmp_path / "deploy.log")
         assert deploy.wait(timeout=60) == 2

@@ -401,7 +401,7 @@ def test_deploy_without_a_robot_fails_with_one_line(dds_domain, tmp_path):
     finally:
         stop_process(proc)
     log = (tmp_path / "log").read_text()
-    assert "robo-rl: no fresh robot state on rt/joint_states (DDS domain" in log and "Traceback" not in log
+    assert "robo-rl: no fresh robot state on rt/franka/joint_states (DDS domain" in log and "Traceback" not in log
 
 
 def test_closing_deletes_the_participant_and_its_threads(dds_domain):

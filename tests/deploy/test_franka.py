@@ -138,8 +138,8 @@ def test_reach_runs_on_the_twin_without_its_end_effector_reading():
             run_ticks(session, 150)  # 3 s, a training episode
             distances[hide].append(np.linalg.norm(twin.read_state().ee_pos - target))
     trained = OnnxPolicy(REACH).contract.extra["train_eval"]["ee_distance_final"]
-    print(f"reach on the twin, 12 targets: ee from forward kinematics {np.mean(distances[True]):.4f} m, from the twin's "
-          f"sensor {np.mean(distances[False]):.4f} m (trained {trained:.4f} m)")
+    print(f"reach on the twin, 12 targets: ee from forward kinematics {np.mean(distances[True]):.4f} m, from the "
+          f"twin's sensor {np.mean(distances[False]):.4f} m (trained {trained:.4f} m)")
     assert np.mean(distances[True]) < 0.03 and np.mean(distances[True]) < trained + 0.01
 
 

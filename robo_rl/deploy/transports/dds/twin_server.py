@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from robo_rl.deploy.robot import ConnectOptions, JointCommand, RobotInterface
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
+from robo_rl.deploy.transports.dds.franka_gripper import GripperTwin
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherService
 from robo_rl.deploy.transports.dds.settings import DdsSettings, check_domain_id
 from robo_rl.deploy.transports.sim import connect_twin
@@ -83,6 +85,9 @@ class DdsTwinServer:
             endpoint.reader(settings.command_topic_name(), struct, names.COMMAND_QOS, self._on_command)
         self._twist_writer = (endpoint.writer(settings.topic(names.TWIN_BASE_TWIST), dt.Twist, names.SENSOR_QOS)
                               if base_twist is not None else None)
+        # A gripper with its own node (franka_gripper): its joint is reported and commanded there, not with the arm.
+        self.gripper = (GripperTwin(robot, hw, settings, endpoint)
+                        if hw.gripper is not None and settings.profile == "ros2" else None)
 
     def _reject(self, exc: Exception) -> None:
         self.rejected += 1
@@ -94,6 +99,10 @@ class DdsTwinServer:
         except ValueError as exc:
             self._reject(exc)
             return
+        if self.settings.command_interface == "joint_trajectory":  # a trajectory controller drives its joints only
+            named = np.isin(self.hw.joint_names, self.hw.robot_names([str(j) for j in msg.joint_names]))
+            if not named.all():
+                cmd = rm.command_subset(cmd, np.flatnonzero(named))
         self._apply(cmd)
 
     def _on_low_cmd(self, msg: dt.LowCmd_, received: float) -> None:
@@ -120,7 +129,15 @@ class DdsTwinServer:
         if self.settings.profile == "unitree":
             self._state_writers["low"].write(unitree.low_state_message(state, self.hw))
         else:
-            for role, msg in rm.twin_state_messages(t, state, self.hw).items():
+            arm = state
+            if self.gripper is not None:
+                self.gripper.step(state, self.period)
+                self.gripper.publish(state)
+                keep = [i for i, n in enumerate(state.joint_names) if n != self.gripper.joint]
+                arm = dataclasses.replace(state, joint_names=tuple(state.joint_names[i] for i in keep),
+                                          q=np.asarray(state.q)[keep], dq=np.asarray(state.dq)[keep],
+                                          tau=None if state.tau is None else np.asarray(state.tau)[keep])
+            for role, msg in rm.twin_state_messages(t, arm, self.hw).items():
                 if role in self._state_writers:
                     self._state_writers[role].write(msg)
         if self._twist_writer is not None:

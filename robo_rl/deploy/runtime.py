@@ -52,7 +52,7 @@ from robo_rl.deploy.reset_modules import RESET_MODULES, OperatorConfirmedReset, 
 from robo_rl.deploy.reward_modules import REWARD_MODULES, EpisodeEvent, EpisodeTracker, OperatorLabelReward, make_reward
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, OPERATOR_REQUESTS
-from robo_rl.deploy.smoothing import SmoothingRobot
+from robo_rl.deploy.smoothing import command_path
 from robo_rl.deploy.state_machine import Mode
 
 RUNTIME_REQUESTS = OPERATOR_REQUESTS + ("success", "failure", "confirm")
@@ -304,9 +304,7 @@ class PolicyRuntime:
             raise ValueError("attach before configure: no policy loaded")
         hw = self.hw
         self.robot = robot
-        target = robot
-        if hw.controller.setpoint_rate_hz is not None:
-            target = SmoothingRobot(target, hw, 1.0 / hw.control_rate_hz)
+        target = command_path(robot, hw, 1.0 / hw.control_rate_hz)  # jerk-limited setpoints, where they are needed
         if self.estimator is not None:
             target = EstimatingRobot(target, self.estimator, warn=self._warn)
         if self.ee_kinematics is not None:

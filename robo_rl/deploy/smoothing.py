@@ -35,7 +35,7 @@ import threading
 
 import numpy as np
 
-from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.hardware import HardwareSpec, check_setpoint_rate
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState, Setpoints
 from robo_rl.deploy.safety import name_index
 
@@ -226,10 +226,24 @@ class SmoothingRobot:
             points.q[:, self._gripper], points.dq[:, self._gripper], points.ddq[:, self._gripper] = (
                 target[self._gripper], 0.0, 0.0)
         setpoints = Setpoints(period=points.period, q=points.q[:, idx], dq=points.dq[:, idx], ddq=points.ddq[:, idx])
-        self.robot.send_command(dataclasses.replace(command, q=setpoints.q[-1].copy(), setpoints=setpoints))
+        self.robot.send_command(dataclasses.replace(command, setpoints=setpoints))  # q: still the tick's target
 
     def close(self) -> None:
         self.robot.close()
 
     def __str__(self) -> str:
         return str(self.robot)
+
+
+def command_path(robot: RobotInterface, hw: HardwareSpec, control_dt: float) -> RobotInterface:
+    """`robot`, or a `SmoothingRobot` over it when its controller takes setpoints (hardware
+    controller.setpoint_rate_hz): how every command of the deploy core reaches the robot (PolicyRuntime.attach, replay).
+
+    Raises:
+        ValueError: one line: the control period is not a whole number of setpoint periods.
+    """
+    rate = hw.controller.setpoint_rate_hz
+    if rate is None:
+        return robot
+    check_setpoint_rate(rate, 1.0 / control_dt, f"hardware {hw.robot!r} controller.setpoint_rate_hz")
+    return SmoothingRobot(robot, hw, control_dt)

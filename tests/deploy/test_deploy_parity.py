@@ -6,7 +6,6 @@ import torch
 
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.observations import ObservationBuilder
-from robo_rl.deploy.policy import robot_contract
 from robo_rl.deploy.robot import RobotState
 from robo_rl.tasks.task_registry import make_env
 from tests.conftest import REPO
@@ -37,7 +36,7 @@ def test_observation_parity_on_recorded_states(task, robot, command_term):
     hw = load_hardware(REPO / "hardware" / f"{robot}.yaml")
     env = make_env(task, 6, seed=2)
     obs = env.reset()
-    builder = ObservationBuilder(robot_contract(env.contract, hw), hw)  # joints named as the robot does, as deployed
+    builder = ObservationBuilder(env.contract, hw)
     gen = torch.Generator().manual_seed(0)
     worst = 0.0
     for step in range(40):

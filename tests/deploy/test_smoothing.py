@@ -182,7 +182,7 @@ def test_smoothing_robot_starts_at_the_measured_pose_and_brakes_without_stiffnes
     moved = setpoints[5 * 20 - 1] - q0
     assert np.all(moved > 0) and np.all(setpoints[-1] < q0 + 0.2)  # it went towards the target, stopped short
     np.testing.assert_allclose(robot.sent[-1].setpoints.dq, 0.0, atol=1e-9)  # at rest
-    np.testing.assert_array_equal(robot.sent[-1].q, setpoints[-1])  # the command's q: the last setpoint
+    np.testing.assert_array_equal(robot.sent[4].q, stiff.q)  # the command's q: still the tick's target
 
 
 # ---------------------------------------------------------------------------------------------- refusals

@@ -7,7 +7,7 @@ import torch
 
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.observations import ObservationBuilder
-from robo_rl.deploy.policy import OnnxPolicy, PolicyStep, robot_contract
+from robo_rl.deploy.policy import OnnxPolicy, PolicyStep
 from robo_rl.deploy.robot import RobotState
 from robo_rl.deploy.session import open_session
 from robo_rl.deploy.state_machine import Mode
@@ -50,7 +50,7 @@ def test_zero_actions_never_succeed_and_metrics_are_logged():
 def test_observation_parity_on_recorded_states():
     hw = load_hardware(HW)
     env = make_env("arm-pick-place", 6, seed=2)
-    builder = ObservationBuilder(robot_contract(env.contract, hw), hw)  # joints named as the robot does
+    builder = ObservationBuilder(env.contract, hw)
     expert = PickPlaceExpert(env)  # visits grasps and carries, not only free motion
     obs = env.reset(random_start=False)
     worst = 0.0

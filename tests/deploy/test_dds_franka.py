@@ -133,3 +133,17 @@ def test_cli_refuses_a_command_interface_that_cannot_carry_the_setpoints(dds_dom
            "forward_position cannot carry" in line
 
 
+
+
+def test_cli_refuses_a_controller_that_cannot_take_the_policy_rate(dds_domain, tmp_path):
+    """A hardware file whose controller's 1 kHz setpoints are not a whole number per policy tick (30 Hz: 33.3): one
+    line, exit 2, before anything connects (nothing can be sent)."""
+    slow = tmp_path / "panda_30hz.yaml"
+    text = (REPO / "hardware" / "panda.yaml").read_text()
+    slow.write_text(text.replace("control_rate_hz: 50", "control_rate_hz: 30"))
+    bad = run_cli("deploy", "--policy", "policies/panda_reach.onnx", "--robot", str(slow), "--transport", "dds",
+                  "--domain-id", str(dds_domain), timeout=60)
+    assert bad.returncode == 2 and bad.stdout == ""
+    line = bad.stderr.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "controller.setpoint_rate_hz = 1000 Hz cannot take a 30 Hz policy: a tick would be 33.33 setpoints" in line

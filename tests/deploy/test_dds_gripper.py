@@ -17,6 +17,7 @@ from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy.gripper import GripperCommander, GripperGoal, GripperTypes, goal_message, read_goal  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand  # noqa: E402
+from robo_rl.deploy.smoothing import command_path  # noqa: E402
 from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
 from robo_rl.deploy.transports.dds.dds_robot import DdsRobot  # noqa: E402
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint  # noqa: E402
@@ -105,9 +106,10 @@ def test_one_goal_per_turn_of_the_gripper_action():
 
 
 def test_gripper_commands_round_trip_over_dds(dds_domain):
-    """Policy gripper action -> finger target -> DdsRobot: a Grasp goal on panda_gripper/grasp_goal (the arm's
-    trajectory leaves the finger out) -> the twin's franka_gripper closes the finger -> its state comes back on
-    panda_gripper/joint_states, merged into the robot's state; then a Move opens it again."""
+    """Policy gripper action -> finger target -> DdsRobot (behind the deploy core's smoothing): a Grasp goal on
+    panda_gripper/grasp_goal, while the arm's 1 kHz setpoints leave the finger out -> the twin's franka_gripper closes
+    the finger -> its state comes back on panda_gripper/joint_states, merged into the robot's state; then a Move opens
+    it again. The arm follows its own setpoints meanwhile."""
     settings = DdsSettings.from_hardware(HW)
     twin = SimRobot(REPO / "envs" / "panda_pick.xml", HW, control_dt=0.02, realtime=True)
     served, used = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
@@ -119,17 +121,20 @@ def test_gripper_commands_round_trip_over_dds(dds_domain):
     try:
         client = DdsRobot(HW, settings, control_dt=0.02, endpoint=used)
         state = client.wait_for_state(10.0, fresh_within_s=0.2)
+        robot = command_path(client, HW, 0.02)  # as PolicyRuntime.attach wires it: jerk-limited setpoints
+        robot.read_state()
         assert state.joint_names == HW.joint_names  # the arm's joints, then the finger from the gripper's topic
         finger = HW.joint_names.index("panda_finger_joint1")
         hold = state.q.copy()
+        hold[0] += 0.1  # the arm moves too
         n = len(HW.joint_names)
 
         def run(actions: list[float]) -> None:
             for target in gripper_targets(actions):
                 q = hold.copy()
                 q[finger] = target
-                client.send_command(JointCommand(HW.joint_names, q, np.zeros(n), HW.kp.copy(), HW.kd.copy(),
-                                                 np.zeros(n)))
+                robot.send_command(JointCommand(HW.joint_names, q, np.zeros(n), HW.kp.copy(), HW.kd.copy(),
+                                                np.zeros(n)))
                 time.sleep(0.02)
 
         width = 2 * state.q[finger]
@@ -138,6 +143,7 @@ def test_gripper_commands_round_trip_over_dds(dds_domain):
         wait_until(lambda: client.read_state().q[finger] < 0.005, 5.0, "the finger to close")
         run([-1.0] * 30)  # open
         wait_until(lambda: client.read_state().q[finger] > 0.035, 5.0, "the finger to open")
+        assert abs(client.read_state().q[0] - hold[0]) < 0.01  # the arm's setpoints played beside the finger's goals
         assert [g.kind for g in client.gripper_goals] == ["grasp", "move"]
         assert [g.kind for g in server.gripper.goals] == ["grasp", "move"]  # what the twin's franka_gripper heard
         assert server.rejected == 0 and server.commands >= 60  # the arm's trajectories, finger left out

@@ -177,3 +177,24 @@ def test_joints_the_robot_does_not_report_are_refused_in_one_line():
         check_reported_joints(partly, PANDA)
     check_reported_joints(dataclasses.replace(state, joint_names=PANDA.joint_names + ("panda_finger_joint1",),
                                                q=np.zeros(8), dq=np.zeros(8)), PANDA)  # extra joints are fine
+
+
+def test_the_twin_plays_the_arms_setpoints_while_the_gripper_gets_its_own_commands():
+    """A command for the finger alone (franka_gripper's, in the twin) leaves the arm's setpoints playing."""
+    from robo_rl.deploy.robot import JointCommand, Setpoints
+    from robo_rl.deploy.transports.sim import SimRobot
+
+    hw = load_hardware(REPO / "hardware" / "panda_gripper.yaml")
+    twin = SimRobot(REPO / "envs" / "panda_pick.xml", hw, control_dt=0.005)  # each command advances 5 ms
+    arm, n = hw.joint_names[:7], 7
+    q0 = twin.read_state().q[:7]
+    path = q0 + np.linspace(0.0, 0.02, 20)[:, None]  # (20, 7): 1 ms apart
+    setpoints = Setpoints(period=1e-3, q=path, dq=np.full((20, n), 1.0), ddq=np.zeros((20, n)))
+    zeros = np.zeros(n)
+    twin.send_command(JointCommand(arm, q0, zeros, hw.kp[:7], hw.kd[:7], zeros, setpoints=setpoints))  # 0 .. 5 ms
+    one = np.ones(1)
+    twin.send_command(JointCommand((hw.joint_names[7],), 0.02 * one, 0 * one, 2000 * one, 40 * one, 0 * one))
+    lead = twin.servo_kd[:7] / twin.servo_kp[:7] * 1.0  # the velocity target inside the servo
+    played = np.abs(twin.data.ctrl[twin.aid[:7]] - (path + lead)).max(axis=1)  # (20,)
+    assert played.min() < 1e-12 and played.argmin() >= 5  # the arm's path went on past 5 ms, the finger's arrival
+    assert twin.data.ctrl[twin.aid[7]] == 0.02

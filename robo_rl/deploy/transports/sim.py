@@ -134,9 +134,8 @@ class SimRobot:
             self._object = (int(m.jnt_qposadr[jnt]), int(m.jnt_dofadr[jnt]))
         self.cameras = TwinCameras(m, cameras, render) if cameras else None
         self._pending: collections.deque[tuple[float, JointCommand]] = collections.deque()
-        # The setpoints being played (a command with `setpoints`): (start time, actuators, kp, kd, feed-forward torque,
-        # setpoints).
-        self._playing: tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, Setpoints] | None = None
+        # The setpoints being played (a command with `setpoints`): (start time, actuators, kp, kd, setpoints).
+        self._playing: tuple[float, np.ndarray, np.ndarray, np.ndarray, Setpoints] | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._running = False
@@ -240,7 +239,8 @@ class SimRobot:
         """Load a command into the actuators: force = kp (q* - q) - kd dq, clipped to the torque limits; with the
         robot's own gains (hardware controller.gains: robot) the model's servo gains instead of the command's, since
         such a robot ignores them (and holds every position it is sent). A command with setpoints replaces the ones
-        being played: they are played from now on, one per period (`_play`)."""
+        being played: they are played from now on, one per period (`_play`); a command without, for some joints (a
+        gripper's), stops the playing of those joints only."""
         m, d = self.model, self.data
         idx = self._command_index(cmd.joint_names)
         a = self.aid[idx]
@@ -250,10 +250,10 @@ class SimRobot:
         m.actuator_biasprm[a, 1] = -cmd.kp
         m.actuator_biasprm[a, 2] = -cmd.kd
         if cmd.setpoints is not None:
-            self._playing = (float(d.time), a, np.asarray(cmd.kp), np.asarray(cmd.kd), cmd.tau, cmd.setpoints)
+            self._playing = (float(d.time), a, np.asarray(cmd.kp), np.asarray(cmd.kd), cmd.setpoints)
             d.qfrc_applied[self.dadr[idx]] = cmd.tau
             return
-        self._playing = None
+        self._stop_playing(a)
         d.ctrl[a] = cmd.q
         d.qfrc_applied[self.dadr[idx]] = cmd.tau + cmd.kd * cmd.dq  # feed-forward and velocity target
 
@@ -261,13 +261,25 @@ class SimRobot:
         """Load the setpoint due at `now` (the last one reached; the first from the start; the last one held after the
         end): position target and velocity feed-forward, as a trajectory controller samples its trajectory (the
         physics step subsamples the setpoints)."""
-        start, actuators, kp, kd, tau, points = self._playing
+        start, actuators, kp, kd, points = self._playing
         i = min(max(int((now - start) / points.period + 1e-9), 1), len(points.q)) - 1
         # The velocity target goes into the servo, kp q* + kd dq* = kp (q* + kd / kp dq*), so that the actuator's
         # force limit bounds it as it bounds the rest (a feed-forward force would bypass it).
         with np.errstate(divide="ignore", invalid="ignore"):
             lead = np.where(kp > 0, kd / kp, 0.0) * points.dq[i]
         self.data.ctrl[actuators] = points.q[i] + lead
+
+    def _stop_playing(self, actuators: np.ndarray) -> None:
+        """Stop playing setpoints on `actuators` (a command of their own replaces them); the others play on."""
+        if self._playing is None:
+            return
+        start, playing, kp, kd, points = self._playing
+        keep = ~np.isin(playing, actuators)  # (P,)
+        if not keep.any():
+            self._playing = None
+        elif not keep.all():
+            kept = Setpoints(period=points.period, q=points.q[:, keep], dq=points.dq[:, keep], ddq=points.ddq[:, keep])
+            self._playing = (start, playing[keep], kp[keep], kd[keep], kept)
 
     def _command_index(self, names: tuple[str, ...]) -> np.ndarray:
         return self.hw.index_of(names)  # the robot's names (or the model's)

@@ -173,8 +173,8 @@ def check_reported_joints(state: RobotState, hw: HardwareSpec) -> None:
     reported = ", ".join(state.joint_names) or "no joints"
     which = "none of" if len(missing) == len(hw.joint_names) else f"not {', '.join(missing)} of"
     hint = ("" if hw.model_joint_names is None else "; model_joint_names maps them onto the model's")
-    raise ValueError(f"the robot reports joints {reported}: {which} hardware {hw.robot!r}'s joint_names (joint_names "
-                     f"must be the robot's own names{hint})")
+    raise ValueError(f"the robot reports joints {reported}: {which} hardware {hw.robot!r} joint_names (they must be "
+                     f"the robot's own names{hint})")
 
 
 def wait_for_fresh_state(robot: RobotInterface, timeout_s: float, fresh_within_s: float,

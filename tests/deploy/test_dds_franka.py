@@ -6,7 +6,6 @@ setpoints) is one line, exit 2, nothing sent."""
 import json
 import time
 
-import mujoco
 import numpy as np
 import pytest
 
@@ -15,6 +14,7 @@ pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
+from robo_rl.sim.mjmodel import mujoco  # noqa: E402 (a headless MUJOCO_GL before mujoco loads: tests render)
 from tests.conftest import REPO, run_cli  # noqa: E402
 from tests.dds_support import Probe, relaxed_hardware, start_cli, start_twin, stop_process, wait_until  # noqa: E402
 from tests.deploy.test_dds_transport import _deploy_and_start, _finish  # noqa: E402

@@ -4,7 +4,6 @@ anything is sent."""
 
 import dataclasses
 
-import mujoco
 import numpy as np
 import pytest
 
@@ -14,6 +13,7 @@ from robo_rl.deploy.policy import OnnxPolicy, PolicyStep, robot_contract
 from robo_rl.deploy.robot import RobotState
 from robo_rl.deploy.runtime import check_reported_joints
 from robo_rl.deploy.session import open_session
+from robo_rl.sim.mjmodel import mujoco  # a headless MUJOCO_GL before mujoco loads: other tests render
 from robo_rl.terms import ACTION_TERMS
 from robo_rl.terms.ee_delta import ee_delta_spec
 from tests.conftest import REPO

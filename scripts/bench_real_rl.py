@@ -130,7 +130,7 @@ def train(args: argparse.Namespace, tmp: Path, demos: Path) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     twin, extra = None, []
     if args.transport == "dds":
-        from robo_rl.deploy.transports.dds.settings import loopback_config
+        from robo_rl.deploy.dds_settings import loopback_config
 
         domain = 100 + args.seed % 100
         env["CYCLONEDDS_URI"] = loopback_config()

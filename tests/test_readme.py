@@ -88,10 +88,11 @@ def test_readme_ros_commands_name_what_the_package_has():
 
 
 @pytest.mark.parametrize("args", [a for a in ROBO_RL if a[0] == "deploy" and "dds" not in a], ids=lambda a: a[2])
-def test_readme_deploy_command_runs(args):
+def test_readme_deploy_command_runs(args, tmp_path):
     """The sim deploy commands as written, on the real-time twin, cut to 2 s (the DDS ones need a robot or a
-    twin on the other side: tests/deploy/test_dds_transport.py runs them)."""
+    twin on the other side: tests/deploy/test_dds_transport.py runs them); a recording goes to a fresh folder."""
     cut = [a for i, a in enumerate(args) if a != "--duration" and (i == 0 or args[i - 1] != "--duration")]
+    cut = [str(tmp_path / "rec") if i and cut[i - 1] == "--record" else a for i, a in enumerate(cut)]
     result = run_cli(*cut, "--duration", "2", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "stopped in DAMP" in result.stdout

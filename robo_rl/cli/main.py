@@ -121,6 +121,9 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--physics-dt", type=float, help="physics time step (s); default the MJCF's")
     tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
     tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
+    tw.add_argument("--no-ee-position", action="store_true",
+                    help="ros2 profile, arms: publish no ee_position, as franka_ros2 (deploy then computes it from the "
+                         "joints)")
     tw.add_argument("--sport-mode", default="normal", choices=("normal", "ai", "advanced", "released", "locked"),
                     help="unitree profile: the onboard controller active at start, as on a Go2 at power-on (the twin "
                          "ignores low-level commands until deploy releases it); locked: it refuses to be released")

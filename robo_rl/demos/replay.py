@@ -32,6 +32,7 @@ from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.runtime import wait_for_fresh_state
 from robo_rl.deploy.session import make_robot
 from robo_rl.deploy.session import transport as find_transport
+from robo_rl.deploy.smoothing import command_path
 from robo_rl.deploy.state_machine import Mode
 
 
@@ -137,7 +138,8 @@ def replay_episode(dataset: str | Path, index: int, hardware: str | Path, *, rea
         start[hw.index_of(first.joint_names)] = first.q
         start[hw.index_of(list(state_names))] = ep["observation.state"][0]
         clock = time.monotonic if realtime else (lambda: robot.time)
-        c = Controller(robot, hw, policy, start, rate_hz=fps, clock=clock)
+        # Commands reach the robot as the deploy core sends them (jerk-limited setpoints for a Franka).
+        c = Controller(command_path(robot, hw, 1.0 / fps), hw, policy, start, rate_hz=fps, clock=clock)
         q_index = hw.index_of(names)
         replayed = []
         c.on_tick = lambda now, state, cmd: replayed.append(state.q[q_index].copy()) if c.mode is Mode.POLICY else None
@@ -198,8 +200,9 @@ def render_episode(dataset: str | Path, index: int, hardware: str | Path, *, cam
     if sim.get("keyframe"):
         mujoco.mj_resetDataKeyframe(model, data, mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_KEY, sim["keyframe"]))
     adr = []
+    to_model = dict(zip(hw.joint_names, hw.model_names, strict=True))  # the robot's names -> the model's
     for name in names:
-        j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, name)
+        j = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_JOINT, to_model.get(name, name))
         if j < 0:
             raise DatasetError(f"joint {name!r} of the recording is not in the twin's model")
         adr.append(int(model.jnt_qposadr[j]))

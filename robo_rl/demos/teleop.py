@@ -327,11 +327,13 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     dt = 1.0 / hw.control_rate_hz
     robot = make_robot("sim", hw, dt, realtime=realtime)
     chain = serial_chain(robot.model, ee_site)
-    fingers = [n for n in hw.joint_names if n.startswith("finger")]
+    # The gripper's finger: the hardware file's gripper joint, or the joint its model calls finger_*.
+    fingers = [r for r, m in zip(hw.joint_names, hw.model_names, strict=True) if m.startswith("finger")]
+    finger = hw.gripper.joint if hw.gripper is not None else (fingers[0] if fingers else None)
     gripper = None
-    if fingers:
-        i = hw.joint_names.index(fingers[0])
-        gripper = (fingers[0], float(hw.joint_upper[i]), float(hw.joint_lower[i]))
+    if finger is not None:
+        i = hw.joint_names.index(finger)
+        gripper = (finger, float(hw.joint_upper[i]), float(hw.joint_lower[i]))
     sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz) if cameras else None
     writer = DatasetWriter(out, fps=hw.control_rate_hz, features=robot_features(
         hw.joint_names, {c: (image_size, image_size) for c in cameras}, hw.control_rate_hz), robot_type=hw.robot)

@@ -64,6 +64,8 @@ class DdsSettings:
     """ros2: end-effector position topic (default ee_position), used when the policy observes ee_pos."""
     command_topic: str | None = None
     """ros2: command topic (default: the command interface's); unitree: the DDS topic (default rt/lowcmd)."""
+    gripper_namespace: str = "panda_gripper"
+    """The gripper node's name (hardware gripper.namespace; set from it, not a transport.dds key)."""
     sport_mode: str = "release"
     """unitree: the onboard sport-mode controller: `release` it through the motion switcher before control (refused,
     one line, when it stays active), `restore` (release, then select the same mode again at exit) or `none` (a robot
@@ -77,12 +79,14 @@ class DdsSettings:
             ValueError: an unknown key or a bad value (one line naming it).
         """
         raw = dict(hw.transport.get("dds") or {})
-        known = set(cls.__dataclass_fields__)
+        known = set(cls.__dataclass_fields__) - {"gripper_namespace"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ValueError(f"hardware {hw.robot!r}: unknown transport.dds key(s) {', '.join(unknown)}; "
                              f"valid keys: {', '.join(sorted(known))}")
         raw.update({k: v for k, v in overrides.items() if v is not None})
+        if hw.gripper is not None:
+            raw["gripper_namespace"] = hw.gripper.namespace
         settings = cls(**raw)
         settings.validate()
         return settings
@@ -112,6 +116,11 @@ class DdsSettings:
             return self.command_topic or names.UNITREE_COMMAND_TOPIC
         spec = names.COMMAND_TOPICS[self.command_interface]
         return names.dds_topic_name(self.command_topic or spec.name, self.namespace)
+
+    def gripper_topic(self, role: str) -> str:
+        """DDS name of the gripper's topic of `role` ("move", "grasp", "state"; ros_interface.GRIPPER_TOPICS), under
+        the hardware's gripper.namespace, resolved in this namespace."""
+        return names.gripper_topic(self.gripper_namespace, role).dds_name(self.namespace)
 
     def topic(self, spec: TopicSpec) -> str:
         """DDS name of an operator / monitoring topic in this namespace."""

@@ -80,6 +80,59 @@ class BaseVelocityConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    """The robot-side controller the commands reach (the hardware file's optional `controller`); without the section:
+    a driver that applies each command's gains and target as they come (the sim twin, pd_targets, Unitree's motors).
+
+    A Franka arm through franka_ros2 is the other kind: libfranka takes a setpoint every millisecond, checks its
+    velocity, acceleration and jerk (a violation aborts the motion: a reflex), and the robot's own joint impedance
+    controller tracks it with its own stiffness (docs/deploy.md, Franka).
+    """
+
+    gains: str = "command"
+    """`command`: the controller applies each command's kp / kd (in POLICY the contract's, bounded by kp_max /
+    kd_max); `robot`: it tracks positions with its own stiffness, the hardware file's kp / kd (a Franka's joint
+    impedance): the contract's training gains cannot be sent, and every command carries the hardware's."""
+    setpoint_rate_hz: float | None = None
+    """The controller takes setpoints at this rate (Hz; libfranka: 1000) and checks their derivatives: every policy
+    tick is sent as setpoint_rate_hz / control_rate_hz jerk-limited setpoints (robo_rl.deploy.smoothing), a whole
+    number. None: one target per tick."""
+    acceleration_limits: np.ndarray | None = None
+    """(J,) largest |joint acceleration| of the setpoints (rad/s^2; m/s^2 for a prismatic joint); with
+    setpoint_rate_hz."""
+    jerk_limits: np.ndarray | None = None
+    """(J,) largest |joint jerk| of the setpoints (rad/s^3); with setpoint_rate_hz."""
+
+
+CONTROLLER_GAINS = ("command", "robot")
+
+
+@dataclass(frozen=True, kw_only=True)
+class GripperConfig:
+    """A gripper with a controller of its own (the hardware file's optional `gripper`): the Franka Hand through
+    franka_gripper, which takes Move and Grasp goals (franka_msgs/action) instead of a joint target every tick.
+
+    The policy drives `joint` like any joint (a finger's position, m; the hand's width is twice it); the deploy core
+    sends franka_gripper a goal when the target turns to close (Grasp) or to open (Move) (robo_rl.deploy.gripper).
+    """
+
+    joint: str
+    """The joint of joint_names the policy drives (one finger, m)."""
+    namespace: str = "panda_gripper"
+    """franka_gripper's node (franka_ros2 names it <arm_id>_gripper): its goals and state are <namespace>/...."""
+    speed: float = 0.1
+    """Finger speed of every goal (m/s; franka_gripper's default_speed; the Franka Hand's maximum)."""
+    force: float = 20.0
+    """Grasping force (N)."""
+    epsilon_inner: float = 0.005
+    """Grasp tolerance below the commanded width (m; franka_gripper's default): libfranka counts a grasp as made
+    when the fingers stop between width - epsilon_inner and width + epsilon_outer."""
+    epsilon_outer: float = 0.08
+    """Grasp tolerance above the commanded width (m): the hand's whole stroke, since a grasp is commanded to the
+    closed width and stops wherever the object is."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class EstimatorConfig:
     """State estimators the deploy core runs on the robot side (the hardware file's optional `estimator`)."""
 
@@ -104,6 +157,7 @@ class HardwareSpec:
     kind: str
     """`legged` (floating base, IMU) or `arm` (fixed base)."""
     joint_names: tuple[str, ...]
+    """The joints as the robot reports them (its joint_states names, e.g. franka_ros2's fr3_joint1)."""
     joint_lower: np.ndarray
     joint_upper: np.ndarray
     velocity_limits: np.ndarray
@@ -124,14 +178,36 @@ class HardwareSpec:
     feet: tuple[str, ...] | None = None
     """Legged robots: the feet in the order the robot reports their contact forces (`RobotState.foot_force`), as
     leg prefixes of the model's names (`<foot>_foot_site`, `<foot>_foot_touch`); None for arms."""
+    model_joint_names: tuple[str, ...] | None = None
+    """The same joints as the robot's MJCF (transport.sim.model) names them, in joint_names order, when the robot
+    names them otherwise (franka_ros2's fr3_joint1 is the model's joint1): policies trained on the model name its
+    joints so; the deploy core maps them onto joint_names, and the twin finds its joints by these names. None: the
+    model uses joint_names."""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     estimator: EstimatorConfig = field(default_factory=EstimatorConfig)
     """Optional state estimators (legged robots only)."""
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    """The robot-side controller the commands reach (gains, setpoint rate and limits)."""
+    gripper: GripperConfig | None = None
+    """A gripper with its own controller (franka_gripper), or None: every joint is the controller's."""
     transport: dict[str, Any] = field(default_factory=dict)
     """Transport settings (topics, interfaces); read by the transport that is chosen."""
 
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """The joints as the robot's model names them (model_joint_names, else joint_names), robot order."""
+        return self.model_joint_names or self.joint_names
+
+    def robot_names(self, names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+        """`names` with every model name (model_joint_names) replaced by the robot's name of that joint; others
+        unchanged."""
+        to_robot = dict(zip(self.model_names, self.joint_names, strict=True))
+        return tuple(to_robot.get(n, n) for n in names)
+
     def index_of(self, names: tuple[str, ...] | list[str]) -> np.ndarray:
-        """Positions of `names` in this robot's joint order; ValueError naming a missing joint."""
+        """Positions of `names` (the robot's names or the model's) in this robot's joint order; ValueError naming a
+        missing joint."""
+        names = self.robot_names(names)
         lookup = {n: i for i, n in enumerate(self.joint_names)}
         missing = [n for n in names if n not in lookup]
         if missing:
@@ -208,6 +284,93 @@ def _estimator(raw: dict[str, Any], kind: str, feet: tuple[str, ...] | None, pat
     return EstimatorConfig(base_velocity=BaseVelocityConfig(**{k: float(v) for k, v in base.items()}))
 
 
+def _model_joint_names(raw: dict[str, Any], names: list[str], path: Path) -> tuple[str, ...] | None:
+    """The `model_joint_names` map: None when absent; ValueError (one line) when malformed or ambiguous."""
+    model = raw.get("model_joint_names")
+    if model is None:
+        return None
+    if not isinstance(model, list) or len(model) != len(names) or not all(isinstance(m, str) and m for m in model):
+        raise ValueError(f"{path}: model_joint_names must be a list of {len(names)} names, the model's name of each "
+                         f"entry of joint_names")
+    dupes = sorted({m for m in model if model.count(m) > 1})
+    if dupes:
+        raise ValueError(f"{path}: model_joint_names lists {', '.join(dupes)} more than once")
+    crossed = [m for i, m in enumerate(model) if m in names and names.index(m) != i]
+    if crossed:
+        raise ValueError(f"{path}: model_joint_names {', '.join(crossed)} name other joints of joint_names: a name "
+                         f"must mean one joint")
+    return tuple(model)
+
+
+def _controller(raw: dict[str, Any], n: int, rate: float, path: Path) -> ControllerConfig:
+    """The `controller` section; ValueError (one line) naming the bad key or value."""
+    section = raw.get("controller")
+    if section is None:
+        return ControllerConfig()
+    known = ControllerConfig.__dataclass_fields__
+    if not isinstance(section, dict):
+        raise ValueError(f"{path}: controller must be a mapping (keys: {', '.join(known)})")
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown controller key(s) {', '.join(unknown)}; valid keys: {', '.join(known)}")
+    gains = section.get("gains", "command")
+    if gains not in CONTROLLER_GAINS:
+        raise ValueError(f"{path}: controller.gains = {gains!r}: allowed values are {', '.join(CONTROLLER_GAINS)}")
+    setpoint_rate = section.get("setpoint_rate_hz")
+    limits = {k: section.get(k) for k in ("acceleration_limits", "jerk_limits")}
+    if setpoint_rate is None:
+        given = [k for k, v in limits.items() if v is not None]
+        if given:
+            raise ValueError(f"{path}: controller.{given[0]} needs controller.setpoint_rate_hz (the rate it holds at)")
+        return ControllerConfig(gains=gains)
+    check_setpoint_rate(setpoint_rate, rate, f"{path}: controller.setpoint_rate_hz")
+    arrays = {k: _vector(section, k, n, f"{path}: controller", positive=True) for k in limits}  # (J,) each
+    return ControllerConfig(gains=gains, setpoint_rate_hz=float(setpoint_rate), **arrays)
+
+
+def _gripper(raw: dict[str, Any], names: tuple[str, ...], model_names: tuple[str, ...] | None, kind: str,
+             path: Path) -> GripperConfig | None:
+    """The `gripper` section (its joint named as the robot or as the model names it); ValueError (one line)."""
+    section = raw.get("gripper")
+    if section is None:
+        return None
+    known = GripperConfig.__dataclass_fields__
+    if kind != "arm" or not isinstance(section, dict):
+        raise ValueError(f"{path}: gripper must be a mapping (keys: {', '.join(known)}) on a kind: arm robot")
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise ValueError(f"{path}: unknown gripper key(s) {', '.join(unknown)}; valid keys: {', '.join(known)}")
+    joint = section.get("joint")
+    to_robot = dict(zip(model_names or names, names, strict=True))
+    if not isinstance(joint, str) or to_robot.get(joint, joint) not in names:
+        raise ValueError(f"{path}: gripper.joint = {joint!r}: must be one of joint_names (the finger the policy "
+                         f"drives)")
+    namespace = section.get("namespace", GripperConfig.namespace)
+    if not isinstance(namespace, str) or not namespace or namespace.startswith("~"):
+        raise ValueError(f"{path}: gripper.namespace = {namespace!r}: must be a ROS name (e.g. panda_gripper)")
+    numbers = {}
+    for key in ("speed", "force", "epsilon_inner", "epsilon_outer"):
+        value = section.get(key, getattr(GripperConfig, key))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
+                or (value == 0 and key in ("speed", "force")):
+            raise ValueError(f"{path}: gripper.{key} = {value!r}: must be a finite number "
+                             f"{'> 0' if key in ('speed', 'force') else '>= 0'}")
+        numbers[key] = float(value)
+    return GripperConfig(joint=to_robot.get(joint, joint), namespace=namespace, **numbers)
+
+
+def check_setpoint_rate(setpoint_rate_hz: object, policy_rate_hz: float, what: str) -> None:
+    """ValueError (one line) unless the controller's setpoint rate is a number that is a whole multiple (>= 1) of the
+    policy rate: each policy tick becomes setpoint_rate_hz / policy_rate_hz setpoints."""
+    if (isinstance(setpoint_rate_hz, bool) or not isinstance(setpoint_rate_hz, (int, float))
+            or not 0 < setpoint_rate_hz <= 100_000):
+        raise ValueError(f"{what} = {setpoint_rate_hz!r}: must be a number in (0, 100000] (Hz)")
+    ratio = setpoint_rate_hz / policy_rate_hz
+    if ratio < 1 - 1e-9 or abs(ratio - round(ratio)) > 1e-6 * ratio:
+        raise ValueError(f"{what} = {setpoint_rate_hz:g} Hz cannot take a {policy_rate_hz:g} Hz policy: a tick would "
+                         f"be {ratio:.4g} setpoints, not a whole number >= 1")
+
+
 def _check_safety(safety: SafetyConfig, kind: str, kd_max: np.ndarray, path: Path, allow_unsafe: bool,
                   warn: Callable[[str], None]) -> None:
     """Refuse (or, with allow_unsafe, loudly accept) safety values outside their safe range."""
@@ -252,7 +415,9 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
     Refuses (ValueError, one line naming the field): unknown keys, malformed joint arrays, non-finite
     numbers, limits not positive, gains negative or above kp_max / kd_max, a legged robot without
     `safety.max_tilt_rad`, any safety value outside the safe range its SafetyConfig field states, `feet` on an
-    arm or malformed, and an `estimator` section that is malformed or (base_velocity) on a robot without feet.
+    arm or malformed, an `estimator` section that is malformed or (base_velocity) on a robot without feet, a
+    `model_joint_names` map that is malformed or names one joint twice, a `controller` section that is malformed
+    or whose setpoint rate is not a whole multiple of control_rate_hz, and a malformed `gripper` section.
 
     Args:
         path: the YAML file.
@@ -307,6 +472,9 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
     _check_safety(safety, kind, kd_max, p, allow_unsafe, warn or _print_warning)
     feet = _feet(raw, kind, p)
     estimator = _estimator(raw, kind, feet, p)
+    model_names = _model_joint_names(raw, names, p)
+    controller = _controller(raw, n, float(rate), p)
+    gripper = _gripper(raw, tuple(names), model_names, kind, p)
 
     spec = HardwareSpec(
         robot=str(raw.get("robot", p.stem)),
@@ -323,8 +491,11 @@ def load_hardware(path: str | Path, *, allow_unsafe: bool = False,
         control_rate_hz=float(rate),
         quaternion_order=quat,
         feet=feet,
+        model_joint_names=model_names,
         safety=safety,
         estimator=estimator,
+        controller=controller,
+        gripper=gripper,
         transport=dict(raw.get("transport") or {}),
     )
     bad = [spec.joint_names[i] for i in np.flatnonzero(spec.joint_lower >= spec.joint_upper)]

@@ -62,6 +62,7 @@ class ObservationBuilder:
         self.contract = contract
         self.hw = hw
         self.default_q = np.asarray(contract.default_joint_pos)  # (J,) policy order
+        self.joint_names = hw.robot_names(contract.joint_names)  # (J,) policy order, as the robot names them
         self._names: tuple[str, ...] | None = None
         self._index: np.ndarray | None = None  # state index of each policy joint
         # Past values of terms with history > 1, (history - 1, dim) oldest first; None until the first build.
@@ -78,10 +79,10 @@ class ObservationBuilder:
         """For each policy joint, its position in `state_names`; ValueError naming missing joints."""
         if state_names != self._names:
             lookup = {n: i for i, n in enumerate(state_names)}
-            missing = [n for n in self.contract.joint_names if n not in lookup]
+            missing = [n for n in self.joint_names if n not in lookup]
             if missing:
                 raise ValueError(f"robot state lacks joint(s) {', '.join(missing)} that the policy needs")
-            self._index = np.array([lookup[n] for n in self.contract.joint_names], dtype=np.int64)
+            self._index = np.array([lookup[n] for n in self.joint_names], dtype=np.int64)
             self._names = state_names
         return self._index
 

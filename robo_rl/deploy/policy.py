@@ -5,15 +5,17 @@ numpy + onnxruntime only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from robo_rl.core.contract import DeployContract
 from robo_rl.deploy.actions import ActionMap
-from robo_rl.deploy.hardware import HardwareSpec
+from robo_rl.deploy.hardware import HardwareSpec, check_setpoint_rate
 from robo_rl.deploy.observations import IMU_SOURCES, ObservationBuilder, computable_terms
 from robo_rl.deploy.operator_commands import OperatorCommands
 from robo_rl.deploy.policy_inputs import PolicyInputs
@@ -112,20 +114,46 @@ class OnnxPolicy:
         return (actions[0], targets[0]) if obs.ndim == 1 else (actions, targets)
 
 
+def _renamed(value: Any, rename: Callable[[str], str]) -> Any:
+    """A JSON value with the string under every "joint" key renamed (the links of a kinematic chain)."""
+    if isinstance(value, dict):
+        return {k: rename(v) if k == "joint" and isinstance(v, str) else _renamed(v, rename) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, rename) for v in value]
+    return value
+
+
+def robot_contract(contract: DeployContract, hw: HardwareSpec) -> DeployContract:
+    """The contract with its joints named as the robot names them (hw.model_joint_names -> hw.joint_names): its joint
+    list, every action term's joints and the joints of its parameters (an ee_delta chain's links). The contract itself
+    when the model and the robot name the joints alike."""
+    if hw.model_joint_names is None:
+        return contract
+    to_robot = dict(zip(hw.model_joint_names, hw.joint_names, strict=True))
+
+    def rename(name: str) -> str:
+        return to_robot.get(name, name)
+
+    terms = tuple(dataclasses.replace(t, joints=tuple(map(rename, t.joints)), params=_renamed(t.params, rename))
+                  for t in contract.action.terms)
+    return dataclasses.replace(contract, joint_names=tuple(map(rename, contract.joint_names)),
+                               action=dataclasses.replace(contract.action, terms=terms))
+
+
 def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     """Refuse to run a policy whose contract is malformed or disagrees with the robot, before anything moves.
 
     Checks the contract on its own and against the term registry (`robo_rl.terms.validate_contract`), then
-    against the hardware: joints, robot, rate, observation terms computable on this robot kind (terms that read
-    the IMU need `kind: legged`),
-    default pose inside the limits, torque
-    limits and gains (kp, kd) within the robot's (torque_limits, kp_max, kd_max), and action terms the
-    robot can carry out (`check_action_terms`).
+    against the hardware: joints (named as the robot or as its model names them: `robot_contract`), robot, rate (and
+    one the robot's controller can take: `controller.setpoint_rate_hz`), observation terms computable on this robot
+    kind (terms that read the IMU need `kind: legged`), default pose inside the limits, torque limits within the
+    robot's, gains (`check_gains`), and action terms the robot can carry out (`check_action_terms`).
 
     Raises:
         ValueError: one line naming the field (and the joint where there is one).
     """
     validate_terms(contract)
+    contract = robot_contract(contract, hw)
     names = contract.joint_names
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -138,6 +166,8 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     if contract.quaternion_order != "wxyz":
         raise ValueError(f"contract quaternion_order {contract.quaternion_order!r} is not supported (wxyz)")
     rate = 1.0 / contract.policy_dt
+    if hw.controller.setpoint_rate_hz is not None:
+        check_setpoint_rate(hw.controller.setpoint_rate_hz, rate, f"hardware {hw.robot!r} controller.setpoint_rate_hz")
     if not math.isclose(rate, hw.control_rate_hz, rel_tol=1e-6):
         raise ValueError(f"policy runs at {rate:g} Hz but hardware control_rate_hz is {hw.control_rate_hz:g} Hz")
     n = len(names)
@@ -152,13 +182,7 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
     over = [names[i] for i in np.flatnonzero(np.asarray(contract.torque_limits) > hw.torque_limits[idx] * (1 + 1e-6))]
     if over:
         raise ValueError(f"policy was trained with torque limits above the robot's for {', '.join(over)}")
-    for key, limit in (("kp", "kp_max"), ("kd", "kd_max")):
-        wanted, bound = np.asarray(getattr(contract, key)), getattr(hw, limit)[idx]
-        too_high = np.flatnonzero(wanted > bound * (1 + 1e-9))
-        if too_high.size:
-            i = int(too_high[0])
-            raise ValueError(f"contract {key} for {names[i]} = {wanted[i]:g} exceeds the robot's {limit} = "
-                             f"{bound[i]:g} (hardware {hw.robot!r})")
+    check_gains(contract, hw, idx)
     allowed = computable_terms(hw.kind)
     for t in contract.observation:
         record = OBSERVATION_TERMS.get(t.name) if t.name in OBSERVATION_TERMS else None
@@ -169,6 +193,32 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
             raise ValueError(f"contract observation term {t.name!r} is not computed by the deploy side on a "
                              f"{hw.kind} robot (computable: {', '.join(allowed)})")
     check_action_terms(contract, hw)
+
+
+def check_gains(contract: DeployContract, hw: HardwareSpec, idx: np.ndarray) -> None:
+    """Refuse training gains the robot's controller cannot honour (ValueError, one line naming the joint).
+
+    `controller.gains: command` (the controller applies each command's gains): the contract's kp, kd are sent, and
+    must lie within kp_max, kd_max. `controller.gains: robot` (a Franka's joint impedance tracks the positions with
+    its own stiffness): the contract's gains are never sent, so their size does not matter; a joint trained limp
+    (kp = 0) cannot be honoured, because the robot holds every position it is sent. idx: (J_c,) robot position of
+    each contract joint.
+    """
+    names = contract.joint_names
+    if hw.controller.gains == "robot":
+        limp = np.flatnonzero(np.asarray(contract.kp) <= 0)
+        if limp.size:
+            raise ValueError(f"contract kp for {names[int(limp[0])]} is 0 (trained limp), but the controller of "
+                             f"hardware {hw.robot!r} holds every position it is sent with its own stiffness "
+                             f"(controller.gains: robot)")
+        return
+    for key, limit in (("kp", "kp_max"), ("kd", "kd_max")):
+        wanted, bound = np.asarray(getattr(contract, key)), getattr(hw, limit)[idx]
+        too_high = np.flatnonzero(wanted > bound * (1 + 1e-9))
+        if too_high.size:
+            i = int(too_high[0])
+            raise ValueError(f"contract {key} for {names[i]} = {wanted[i]:g} exceeds the robot's {limit} = "
+                             f"{bound[i]:g} (hardware {hw.robot!r})")
 
 
 def check_action_terms(contract: DeployContract, hw: HardwareSpec) -> None:
@@ -215,6 +265,9 @@ class PolicyStep:
     def __init__(self, policy: OnnxPolicy, hw: HardwareSpec, commands: Mapping[str, object] | None = None,
                  warn: Callable[[str], None] | None = None):
         validate_contract(policy.contract, hw)
+        # From here on the policy's contract names the joints as the robot does (model_joint_names mapped), so every
+        # part of the deploy core (observations, actions, recording) matches them by the state's names.
+        policy.contract = robot_contract(policy.contract, hw)
         self.policy = policy
         self.hw = hw
         self.commands = OperatorCommands(policy.contract, warn)
@@ -224,10 +277,13 @@ class PolicyStep:
         n = len(hw.joint_names)
         self.default_q = np.zeros(n)  # (J,) robot order; only policy joints are meaningful
         self.default_q[self.robot_index] = policy.contract.default_joint_pos
-        self.kp = np.zeros(n)
+        self.kp = np.zeros(n)  # (J,) gains of POLICY commands, robot order
         self.kd = np.zeros(n)
-        self.kp[self.robot_index] = policy.contract.kp
-        self.kd[self.robot_index] = policy.contract.kd
+        if hw.controller.gains == "robot":  # the robot's own stiffness tracks the targets (check_gains)
+            self.kp[:], self.kd[:] = hw.kp, hw.kd
+        else:
+            self.kp[self.robot_index] = policy.contract.kp
+            self.kd[self.robot_index] = policy.contract.kd
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
         self.action_map = ActionMap(policy.contract)  # every joint target, from actions and the measured joints
         self.last_obs: np.ndarray | None = None  # (O,) input of the latest step, for recording

@@ -132,7 +132,7 @@ class JointTargetReward:
     """Reach a joint configuration: reward exp(-|q - q*|^2 / sigma^2); success when every |q - q*| < tolerance.
 
     Args:
-        target: {joint name: position} (rad); only these joints count.
+        target: {joint name: position} (rad), named as the robot or its model names the joints; only these count.
         hw: the robot (joint order of states is mapped by name).
     """
 
@@ -141,8 +141,8 @@ class JointTargetReward:
         if not target:
             raise ValueError("joint_target reward: target is empty (give {joint name: position})")
         hw.index_of(list(target))  # ValueError naming unknown joints
-        self.names = tuple(target)
-        self.target = np.array([float(target[n]) for n in self.names])
+        self.names = hw.robot_names(tuple(target))  # as the robot's states name them
+        self.target = np.array([float(v) for v in target.values()])
         self.sigma = _positive("joint_target sigma", sigma)
         self.tolerance = _positive("joint_target tolerance", tolerance)
         self.name = name

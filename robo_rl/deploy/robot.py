@@ -53,12 +53,30 @@ class RobotState:
 
 
 @dataclass(frozen=True)
+class Setpoints:
+    """The setpoints a controller that takes them faster than the policy ticks plays, one per `period`, from the moment
+    the command arrives (robo_rl.deploy.smoothing); the command's joint order.
+
+    Attributes:
+        period: time between two setpoints (s).
+        q, dq, ddq: (N, J) positions, velocities and accelerations, the first one period after arrival.
+    """
+
+    period: float
+    q: np.ndarray
+    dq: np.ndarray
+    ddq: np.ndarray
+
+
+@dataclass(frozen=True)
 class JointCommand:
     """Low-level command in the robot's joint order: tau = kp (q - q_meas) + kd (dq - dq_meas) + tau_ff.
 
     Attributes:
         joint_names: (J,) names in the order of every array below.
         q, dq, kp, kd, tau: (J,) position target, velocity target, gains and feed-forward torque.
+        setpoints: for a controller that takes setpoints (hardware controller.setpoint_rate_hz): the smoothed path
+            to q, played one setpoint per period; None: q applies at once.
     """
 
     joint_names: tuple[str, ...]
@@ -67,6 +85,7 @@ class JointCommand:
     kp: np.ndarray
     kd: np.ndarray
     tau: np.ndarray
+    setpoints: Setpoints | None = None
 
 
 class RobotInterface(Protocol):

@@ -25,7 +25,7 @@ PACKAGE = "robo_rl_ros"
 def dds_type_name(ros_type: str) -> str:
     """DDS type name of a ROS 2 message type: "sensor_msgs/msg/JointState" -> "sensor_msgs::msg::dds_::JointState_"."""
     parts = ros_type.split("/")
-    if len(parts) != 3 or parts[1] not in ("msg", "srv") or not all(parts):
+    if len(parts) != 3 or parts[1] not in ("msg", "srv", "action") or not all(parts):
         raise ValueError(f"ROS type {ros_type!r}: expected 'package/msg/Name'")
     package, kind, name = parts
     return f"{package}::{kind}::dds_::{name}_"
@@ -114,6 +114,9 @@ JOINT_TRAJECTORY = "trajectory_msgs/msg/JointTrajectory"
 BOOL = "std_msgs/msg/Bool"
 STRING = "std_msgs/msg/String"
 DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
+FRANKA_MOVE_GOAL = "franka_msgs/action/Move_Goal"
+FRANKA_GRASP_GOAL = "franka_msgs/action/Grasp_Goal"
+FRANKA_GRASP_EPSILON = "franka_msgs/msg/GraspEpsilon"
 UNITREE_LOW_STATE = "unitree_go/msg/LowState"
 UNITREE_LOW_CMD = "unitree_go/msg/LowCmd"
 MESSAGE_TYPES = (JOINT_STATE, IMU, TWIST, POINT_STAMPED, POSE_STAMPED, FLOAT64_MULTI_ARRAY, FLOAT32_MULTI_ARRAY,
@@ -176,6 +179,25 @@ ACTION = TopicSpec("~/action", FLOAT64_MULTI_ARRAY, SENSOR_QOS)
 """The filtered command of each POLICY tick: pd_targets layout, robot joint order."""
 EPISODE_EVENTS = TopicSpec("~/episode_events", STRING, EVENT_QOS)
 """One JSON object per episode event (start, success, failure, reset, intervention)."""
+
+# The Franka Hand's own node (franka_gripper, named <arm_id>_gripper): actions <namespace>/move and <namespace>/grasp,
+# state <namespace>/joint_states (both fingers at width / 2). Plain DDS carries the goals as messages on the topics
+# below (the action protocol itself is three services and two topics keyed by goal ids: the rclpy node's business).
+GRIPPER_TOPICS = {
+    "move": ("move_goal", FRANKA_MOVE_GOAL),
+    "grasp": ("grasp_goal", FRANKA_GRASP_GOAL),
+    "state": ("joint_states", JOINT_STATE),
+}
+"""Role -> (name under the gripper's namespace, ROS type) of each gripper topic."""
+GRIPPER_ACTIONS = {"move": "move", "grasp": "grasp"}
+"""Goal kind -> franka_gripper's action name under its namespace (franka_msgs/action/Move, Grasp)."""
+
+
+def gripper_topic(namespace: str, role: str) -> TopicSpec:
+    """The gripper topic of `role` (GRIPPER_TOPICS) under franka_gripper's `namespace`."""
+    name, ros_type = GRIPPER_TOPICS[role]
+    return TopicSpec(f"{namespace.rstrip('/')}/{name}", ros_type, SENSOR_QOS if role == "state" else COMMAND_QOS)
+
 
 # Unitree low-level SDK (plain DDS, no ROS): DDS names are used as they are.
 UNITREE_STATE_TOPIC = "rt/lowstate"

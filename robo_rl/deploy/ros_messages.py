@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.robot import JointCommand, RobotState
+from robo_rl.deploy.robot import JointCommand, RobotState, Setpoints
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, PD_TARGET_ROWS
 
 
@@ -282,6 +282,10 @@ def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, perio
             (`time_from_start`), so the controller moves on to the next point without stopping.
         previous_q: (J,) the previous command's targets, for the point's velocities (`trajectory_velocities`);
             `CommandEncoder` keeps it for a stream of commands.
+
+    A command with setpoints (robo_rl.deploy.smoothing) goes out on joint_trajectory as one point per setpoint
+    (positions, velocities, accelerations; time_from_start one setpoint period apart); the other interfaces carry its
+    target `q` (the last setpoint).
     """
     check_command_interface(interface)
     if interface == "forward_position":
@@ -289,15 +293,25 @@ def encode_command(types: MessageTypes, interface: str, cmd: JointCommand, perio
     if interface == "pd_targets":
         rows = np.stack([cmd.q, cmd.dq, cmd.kp, cmd.kd, cmd.tau])  # (5, J)
         return multi_array_message(types, rows, ("command", "joints"))
-    point = types.JointTrajectoryPoint(
-        positions=types.float64_array(np.asarray(cmd.q, dtype=np.float64)),
-        velocities=types.float64_array(trajectory_velocities(cmd, previous_q, period)),
-        accelerations=types.float64_array(np.zeros(0)),
-        effort=types.float64_array(np.zeros(0)),
-        time_from_start=make_duration(types, period),
-    )
+    if cmd.setpoints is not None:  # a smoothed command: its setpoints, their velocities and accelerations
+        sp = cmd.setpoints
+        points = [trajectory_point(types, sp.q[i], sp.dq[i], (i + 1) * sp.period, sp.ddq[i]) for i in range(len(sp.q))]
+    else:
+        points = [trajectory_point(types, cmd.q, trajectory_velocities(cmd, previous_q, period), period)]
     # A zero header stamp means "start now" to joint_trajectory_controller.
-    return types.JointTrajectory(header=make_header(types, 0.0), joint_names=list(cmd.joint_names), points=[point])
+    return types.JointTrajectory(header=make_header(types, 0.0), joint_names=list(cmd.joint_names), points=points)
+
+
+def trajectory_point(types: MessageTypes, q: np.ndarray, dq: np.ndarray, time_from_start: float,
+                     ddq: np.ndarray | None = None) -> Any:
+    """A JointTrajectoryPoint with positions, velocities, accelerations (empty when None), no effort."""
+    return types.JointTrajectoryPoint(
+        positions=types.float64_array(np.asarray(q, dtype=np.float64)),
+        velocities=types.float64_array(np.asarray(dq, dtype=np.float64)),
+        accelerations=types.float64_array(np.zeros(0) if ddq is None else np.asarray(ddq, dtype=np.float64)),
+        effort=types.float64_array(np.zeros(0)),
+        time_from_start=make_duration(types, time_from_start),
+    )
 
 
 class CommandEncoder:
@@ -321,7 +335,7 @@ class CommandEncoder:
 
     def __call__(self, cmd: JointCommand) -> Any:
         msg = encode_command(self.types, self.interface, cmd, self.period, previous_q=self._previous_q)
-        if self.interface == "joint_trajectory" and self.velocity_limits is not None:
+        if self.interface == "joint_trajectory" and self.velocity_limits is not None and cmd.setpoints is None:
             point = msg.points[0]
             v = np.clip(np.asarray(point.velocities, dtype=np.float64), -self.velocity_limits, self.velocity_limits)
             point.velocities = self.types.float64_array(v)
@@ -337,6 +351,8 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     rest), so a trajectory point's velocities (how the path moves on, for a trajectory controller's interpolation)
     are checked but not applied: the training's PD with MuJoCo gains and a velocity target would drive the arm
     harder than the policy ever saw.
+    A joint_trajectory of several points, evenly spaced in time from one period after arrival, is a command with
+    setpoints (played one per period, as joint_trajectory_controller samples them).
 
     Raises:
         ValueError: the message does not match the interface or the robot's joints (one line).
@@ -345,18 +361,7 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
     n = len(hw.joint_names)
     zeros = np.zeros(n)
     if interface == "joint_trajectory":
-        if len(msg.points) != 1:
-            raise ValueError(f"joint_trajectory: {len(msg.points)} points (the twin takes exactly 1)")
-        names = tuple(str(j) for j in msg.joint_names)
-        point = msg.points[0]
-        q = np.asarray(point.positions, dtype=np.float64)
-        dq = np.asarray(point.velocities, dtype=np.float64)
-        if q.shape != (len(names),) or dq.size not in (0, len(names)):
-            raise ValueError(f"joint_trajectory: {q.size} positions, {dq.size} velocities for {len(names)} joints")
-        idx = hw.index_of(names)
-        q_robot = np.full(n, np.nan)  # joints left out stay NaN: the filter refuses such a command
-        q_robot[idx] = q
-        return JointCommand(hw.joint_names, q_robot, zeros.copy(), hw.kp.copy(), hw.kd.copy(), zeros.copy())
+        return _decode_trajectory(msg, hw)
     labels, data = read_multi_array(msg)
     if interface == "forward_position":
         if data.shape != (n,):
@@ -367,6 +372,51 @@ def decode_command(msg: Any, interface: str, hw: HardwareSpec) -> JointCommand:
                          f"(rows {', '.join(PD_TARGET_ROWS)})")
     q, dq, kp, kd, tau = (row.copy() for row in data)
     return JointCommand(hw.joint_names, q, dq, kp, kd, tau)
+
+
+def command_subset(cmd: JointCommand, keep: np.ndarray) -> JointCommand:
+    """`cmd` for its joints at positions `keep` (K,) only (every array, setpoints included)."""
+    sp = cmd.setpoints
+    setpoints = None if sp is None else Setpoints(period=sp.period, q=sp.q[:, keep], dq=sp.dq[:, keep],
+                                                  ddq=sp.ddq[:, keep])
+    return JointCommand(tuple(cmd.joint_names[i] for i in keep), *(np.asarray(a)[keep] for a in
+                                                                  (cmd.q, cmd.dq, cmd.kp, cmd.kd, cmd.tau)),
+                        setpoints=setpoints)
+
+
+def _decode_trajectory(msg: Any, hw: HardwareSpec) -> JointCommand:
+    """decode_command for joint_trajectory: (N, J) points in the robot's joint order (ValueError, one line)."""
+    names = tuple(str(j) for j in msg.joint_names)
+    m, count = len(names), len(msg.points)
+    if count == 0:
+        raise ValueError("joint_trajectory: no points")
+    times = np.array([stamp_seconds(p.time_from_start) for p in msg.points])  # (N,)
+    rows = {key: [np.asarray(getattr(p, key), dtype=np.float64) for p in msg.points]
+            for key in ("positions", "velocities", "accelerations")}
+    for key, allowed in (("positions", (m,)), ("velocities", (0, m)), ("accelerations", (0, m))):
+        sizes = {r.size for r in rows[key]}
+        if not sizes <= set(allowed) or len(sizes) > 1:
+            raise ValueError(f"joint_trajectory: {key} of sizes {sorted(sizes)} for {m} joints")
+    period = float(times[0])
+    if not period > 0 or (count > 1 and not np.allclose(np.diff(times), period, rtol=1e-6, atol=1e-9)):
+        raise ValueError(f"joint_trajectory: points at {times[:3].round(6).tolist()}... s: the twin plays points "
+                         "evenly spaced from one period after arrival")
+    n = len(hw.joint_names)
+    idx = hw.index_of(names)
+
+    def robot_order(key: str, fill: float) -> np.ndarray:  # (N, J); joints left out stay `fill`
+        out = np.full((count, n), fill)
+        if rows[key][0].size:
+            out[:, idx] = np.stack(rows[key])
+        return out
+
+    q, dq, ddq = robot_order("positions", np.nan), robot_order("velocities", 0.0), robot_order("accelerations", 0.0)
+    setpoints = Setpoints(period=period, q=q, dq=dq, ddq=ddq) if count > 1 else None
+    # one point: its velocities say how the path moves on (a trajectory controller's interpolation), not a velocity
+    # target for the twin's servo (the training's PD with a velocity target would drive harder than the policy saw)
+    target_dq = dq[-1].copy() if count > 1 else np.zeros(n)
+    return JointCommand(hw.joint_names, q[-1].copy(), target_dq, hw.kp.copy(), hw.kd.copy(), np.zeros(n),
+                        setpoints=setpoints)
 
 
 # ---------------------------------------------------------------------------------------------- diagnostics
@@ -414,7 +464,9 @@ class StateAssembler:
     Subscription callbacks (rclpy, Cyclone DDS listeners) feed messages in; the control loop calls
     `latest`. The state's `received` is the receive time of its oldest required part, so a silent IMU
     makes the whole state stale and trips the watchdog. A malformed message is dropped and counted in
-    `rejected` (the state then ages until the watchdog acts).
+    `rejected` (the state then ages until the watchdog acts). A gripper with its own node (franka_gripper) reports
+    its fingers on a joint_states of its own: `on_gripper_state` adds them to the arm's joints (their age does not
+    age the state: the gripper reports at 50 Hz and is not the arm's controller).
 
     Args:
         hw: the robot (quaternion order).
@@ -434,6 +486,8 @@ class StateAssembler:
         self._imu: tuple | None = None  # (quat, gyro, received, acc or None)
         self._foot_force: np.ndarray | None = None  # (F,) with the joints (a vendor's low-level state)
         self._ee: tuple | None = None  # (position, received)
+        self._gripper: tuple | None = None  # (names, q, dq) of a gripper's own joint_states
+        self.needs_gripper = hw.gripper is not None
         self.received_count: Counter[str] = Counter()
         self.rejected: Counter[str] = Counter()
         self.last_error: str | None = None
@@ -479,6 +533,17 @@ class StateAssembler:
             return
         self.set_imu(quat, gyro, received)
 
+    def on_gripper_state(self, msg: Any, received: float | None = None) -> None:
+        """A gripper node's joint_states (franka_gripper: both fingers at width / 2, velocities 0)."""
+        try:
+            names, q, dq, _, _ = read_joint_state(msg)
+        except (ValueError, TypeError, AttributeError) as exc:
+            self._reject("gripper joint_states", exc)
+            return
+        with self._lock:
+            self._gripper = (names, q, dq)
+            self.received_count["gripper_joint_states"] += 1
+
     def on_ee_position(self, msg: Any, received: float | None = None) -> None:
         try:
             pos = read_point(msg)
@@ -492,10 +557,16 @@ class StateAssembler:
     def latest(self) -> RobotState | None:
         """The newest complete state, or None until every required part has arrived once."""
         with self._lock:
-            joints, imu, ee, foot_force = self._joints, self._imu, self._ee, self._foot_force
-        if joints is None or (self.needs_imu and imu is None) or (self.needs_ee and ee is None):
+            joints, imu, ee, foot_force, gripper = self._joints, self._imu, self._ee, self._foot_force, self._gripper
+        if joints is None or (self.needs_imu and imu is None) or (self.needs_ee and ee is None) or \
+                (self.needs_gripper and gripper is None):
             return None
         names, q, dq, tau, stamp, received = joints
+        if gripper is not None:  # the fingers the arm's joint_states lack, appended
+            extra = [i for i, n in enumerate(gripper[0]) if n not in names]
+            names = names + tuple(gripper[0][i] for i in extra)
+            q, dq = np.concatenate([q, gripper[1][extra]]), np.concatenate([dq, gripper[2][extra]])
+            tau = None if tau is None else np.concatenate([tau, np.zeros(len(extra))])
         if imu is not None:
             received = min(received, imu[2]) if self.needs_imu else received
         if ee is not None and self.needs_ee:

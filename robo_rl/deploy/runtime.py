@@ -10,6 +10,7 @@ subscriptions, services and keys into its method calls.
 Lifecycle (as a ROS 2 lifecycle node's):
     configure  load the ONNX policy and check its contract against the hardware file (nothing moves); build the
                state estimator the hardware file configures (robo_rl.deploy.estimation: base_lin_vel on legged robots)
+               and the end effector's forward kinematics for a policy observing ee_pos (robo_rl.deploy.ee_kinematics)
     activate   needs fresh state from the robot, then starts the control loop on its own thread
                (absolute deadlines, not a ROS timer) and ramps to the default pose (RAMP -> READY)
     deactivate DAMP, a last damping command, loop stopped
@@ -45,6 +46,7 @@ import numpy as np
 
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy.controller import REALTIME_PRIORITY, Controller, check_realtime_priority
+from robo_rl.deploy.ee_kinematics import EndEffectorKinematics, KinematicRobot, make_ee_kinematics
 from robo_rl.deploy.estimation import BaseVelocityEstimator, EstimatingRobot, make_base_velocity_estimator
 from robo_rl.deploy.estop_heartbeat import EstopHeartbeat, check_estop_timeout
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
@@ -59,6 +61,7 @@ from robo_rl.deploy.reward_modules import (
 )
 from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
 from robo_rl.deploy.ros_interface import COMMAND_INTERFACES, OPERATOR_REQUESTS
+from robo_rl.deploy.smoothing import command_path
 from robo_rl.deploy.state_machine import Mode
 
 RUNTIME_REQUESTS = OPERATOR_REQUESTS + ("success", "failure", "confirm")
@@ -148,8 +151,14 @@ def default_pose(policy: PolicyStep, hw: HardwareSpec) -> np.ndarray:
 
 
 def observes_ee(policy: PolicyStep) -> bool:
-    """True when the policy observes the end-effector position (the robot must report it)."""
+    """True when the policy observes the end-effector position (the robot reports it, or the forward kinematics)."""
     return any(t.name == "ee_pos" for t in policy.policy.contract.observation)
+
+
+def needs_reported_ee(runtime: PolicyRuntime) -> bool:
+    """True when the robot itself must report the end-effector position: the policy observes it and no forward
+    kinematics computes it (a transport then waits for it)."""
+    return observes_ee(runtime.policy) and runtime.ee_kinematics is None
 
 
 class DryRunRobot:
@@ -169,6 +178,19 @@ class DryRunRobot:
 
     def close(self) -> None:
         self.robot.close()
+
+
+def check_reported_joints(state: RobotState, hw: HardwareSpec) -> None:
+    """ValueError (one line) unless the robot reports every joint of the hardware file by its name: before anything
+    is sent, since the safety filter would otherwise damp the unmapped robot from the first tick."""
+    missing = [n for n in hw.joint_names if n not in state.joint_names]
+    if not missing:
+        return
+    reported = ", ".join(state.joint_names) or "no joints"
+    which = "none of" if len(missing) == len(hw.joint_names) else f"not {', '.join(missing)} of"
+    hint = ("" if hw.model_joint_names is None else "; model_joint_names maps them onto the model's")
+    raise ValueError(f"the robot reports joints {reported}: {which} hardware {hw.robot!r} joint_names (they must be "
+                     f"the robot's own names{hint})")
 
 
 def wait_for_fresh_state(robot: RobotInterface, timeout_s: float, fresh_within_s: float,
@@ -236,6 +258,7 @@ class PolicyRuntime:
         self.heartbeat = EstopHeartbeat(config.estop_timeout_s) if config.estop_timeout_s > 0 else None
         self._heartbeat_lost = False  # said once per loss
         self._deactivated = False  # the last damping command went out (deactivate runs once per attach)
+        self.ee_kinematics: EndEffectorKinematics | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.events: list[EpisodeEvent] = []  # the last events, for status and tests (bounded)
@@ -260,11 +283,13 @@ class PolicyRuntime:
         self.reset_module = make_reset(c.reset_module, self.hw)
         self.tracker = EpisodeTracker(make_reward(c.rewards, self.hw), self._emit)
         self.estimator = make_base_velocity_estimator(self.hw, warn or self._warn)  # None unless the file has one
+        self.ee_kinematics = make_ee_kinematics(self.hw, observes_ee(self.policy), warn or self._warn)
 
     def activate(self, robot: RobotInterface) -> RobotState:
         """Wait for fresh state, then run the loop on its own thread and ramp to the default pose.
 
-        Returns the first fresh state. Raises ValueError (not configured, no fresh state in time).
+        Returns the first fresh state. Raises ValueError (not configured, no fresh state in time, the robot does not
+        report the hardware file's joints by name: `check_reported_joints`); nothing has been sent then.
         """
         if not self.configured:
             raise ValueError("activate before configure: no policy loaded")
@@ -277,6 +302,7 @@ class PolicyRuntime:
         gc.collect()
         end = self._clock() + self.config.state_wait_s
         first = wait_for_fresh_state(robot, self.config.state_wait_s, self.hw.safety.state_timeout_s, self._clock)
+        check_reported_joints(first, self.hw)  # joints named otherwise than the robot names them: nothing is sent
         self.policy.inputs.check_cameras(first.images)  # a camera the policy reads, missing or of another size
         self.wait_for_heartbeat(max(0.0, end - self._clock()))
         c = self.attach(robot)
@@ -311,7 +337,11 @@ class PolicyRuntime:
             raise ValueError("attach before configure: no policy loaded")
         hw = self.hw
         self.robot = robot
-        target = robot if self.estimator is None else EstimatingRobot(robot, self.estimator, warn=self._warn)
+        target = command_path(robot, hw, 1.0 / hw.control_rate_hz)  # jerk-limited setpoints, where they are needed
+        if self.estimator is not None:
+            target = EstimatingRobot(target, self.estimator, warn=self._warn)
+        if self.ee_kinematics is not None:
+            target = KinematicRobot(target, self.ee_kinematics)
         target = DryRunRobot(target) if self.config.dry_run else target
         c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock,
                        realtime_priority=self.config.realtime_priority if self._clock is time.monotonic else 0)
@@ -347,6 +377,7 @@ class PolicyRuntime:
         """Deactivate if needed and forget the policy."""
         self.deactivate()
         self.controller = self.robot = self.policy = self.hw = self.tracker = self.estimator = None
+        self.ee_kinematics = None
 
     # ------------------------------------------------------------------------------------------- operator
     def request(self, word: str) -> tuple[bool, str]:

@@ -36,7 +36,14 @@ from robo_rl.deploy.controller import REALTIME_PRIORITY
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.policy import PolicyStep
 from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Transport, take_control
-from robo_rl.deploy.runtime import RUNTIME_REQUESTS, PolicyRuntime, RuntimeConfig, observes_ee, wait_for_fresh_state
+from robo_rl.deploy.runtime import (
+    RUNTIME_REQUESTS,
+    PolicyRuntime,
+    RuntimeConfig,
+    check_reported_joints,
+    needs_reported_ee,
+    wait_for_fresh_state,
+)
 from robo_rl.deploy.state_machine import Mode
 
 
@@ -142,7 +149,7 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     contract = runtime.policy.policy.contract
     robot = make_robot(transport, runtime.hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
                        noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt, domain_id=domain_id,
-                       command_interface=command_interface, needs_ee=observes_ee(runtime.policy), scene=scene,
+                       command_interface=command_interface, needs_ee=needs_reported_ee(runtime), scene=scene,
                        **camera_options(runtime.policy))
     holder["robot"] = robot = wrap_robot(robot) if wrap_robot is not None else robot
     runtime.attach(robot)
@@ -195,7 +202,7 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
           f"Hz; commands {({k: v.round(3).tolist() for k, v in policy.commands.items()})}; Ctrl-C stops safely",
           file=out, flush=True)
     robot = make_robot(transport_name, hw, contract.policy_dt, realtime=True, physics_dt=contract.physics_dt,
-                       needs_ee=observes_ee(policy), **camera_options(policy), **dict(options or {}))
+                       needs_ee=needs_reported_ee(runtime), **camera_options(policy), **dict(options or {}))
     link = None
     try:
         if entry.operator_link is not None:
@@ -204,7 +211,8 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
         target = wrap_robot(robot) if wrap_robot is not None else robot
         print(f"waiting for robot state from {robot} ...", file=out, flush=True)
         if not runtime.config.dry_run:  # e.g. release a Go2's sport mode: once it answers, before the first command
-            wait_for_fresh_state(robot, runtime.config.state_wait_s, runtime.hw.safety.state_timeout_s)
+            first = wait_for_fresh_state(robot, runtime.config.state_wait_s, runtime.hw.safety.state_timeout_s)
+            check_reported_joints(first, runtime.hw)  # before anything is sent to the robot
             take_control(robot)
         runtime.activate(target)
         words: queue.Queue[str] = queue.Queue()

@@ -51,7 +51,7 @@ def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_doma
     """In one process, two participants: state flows one way, commands the other (ros2 profile for the arm,
     Unitree's lowstate / lowcmd with CRC for the Go2); a malformed or corrupted command never reaches the twin."""
     hw = PANDA if robot == "panda" else GO2
-    settings = DdsSettings.from_hardware(hw)
+    settings = DdsSettings.from_hardware(hw, command_interface="pd_targets")  # the Unitree profile has its own
     assert settings.profile == ("ros2" if robot == "panda" else "unitree")
     twin = SimRobot(REPO / "envs" / f"{robot}.xml", hw, control_dt=0.02, realtime=True)
     served, used, bad = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
@@ -76,17 +76,17 @@ def test_robot_and_twin_server_talk_and_bad_commands_are_dropped(robot, dds_doma
         wait_until(lambda: server.commands >= 20, 3.0, "the commands to arrive")
         # What the twin's motor drivers hold is exactly what was sent (float32 on Unitree's wire).
         np.testing.assert_allclose(twin.data.ctrl[twin.aid], target, atol=1e-6)
-        np.testing.assert_allclose(twin.model.actuator_gainprm[twin.aid, 0], hw.kp, atol=1e-5)
+        # The gains: the command's, or (a Franka, controller.gains: robot) the twin's own servo, as the robot's own.
+        own = hw.controller.gains == "robot"
+        np.testing.assert_allclose(twin.model.actuator_gainprm[twin.aid, 0], twin.servo_kp if own else hw.kp, atol=1e-5)
         if robot == "panda":
             wait_until(lambda: abs(client.read_state().q[0] - target[0]) < 0.03, 3.0, "joint1 to follow")
         applied = server.commands
         assert applied >= 20 and server.rejected == 0
-        if robot == "panda":  # a joint_trajectory (panda.yaml's interface) with two points: the twin takes one
-            writer = bad.writer(settings.command_topic_name(), dt.JointTrajectory, names.COMMAND_QOS)
-            msg = rm.encode_command(dt.dds_message_types(), "joint_trajectory", hold(hw, target), 0.02)
-            msg.points = msg.points * 2
-            writer.write(msg)
-            why = "joint_trajectory: 2 points (the twin takes exactly 1)"
+        if robot == "panda":  # a pd_targets command of the wrong shape
+            writer = bad.writer(PD_TOPIC, dt.Float64MultiArray, names.COMMAND_QOS)
+            writer.write(rm.multi_array_message(dt.dds_message_types(), np.zeros((5, 3)), ("command", "joints")))
+            why = "pd_targets: shape (5, 3), expected (5, 7)"
         else:  # a lowcmd whose CRC does not match
             writer = bad.writer("rt/lowcmd", dt.LowCmd_, names.COMMAND_QOS)
             msg = unitree.low_cmd_message(hold(hw, target), hw)
@@ -267,7 +267,8 @@ def _deploy_and_start(domain: int, policy: str, robot: str, tmp_path, *extra: st
         wait_until(lambda: probe.mode() == "READY" or deploy.poll() is not None, 60.0, "the deploy side to be READY")
         assert deploy.poll() is None, (tmp_path / "deploy.log").read_text()
         time.sleep(1.0)
-        assert probe.mode() == "READY"  # READY stays READY: POLICY waits for the operator
+        # READY stays READY: POLICY waits for the operator
+        assert probe.mode() == "READY", (tmp_path / "deploy.log").read_text()[-3000:]
         if via == "topic":
             wait_until(probe.matched, 5.0, "the operator topic")
             probe.operator("start")
@@ -310,7 +311,9 @@ def test_panda_reach_over_dds_between_two_processes(dds_domain, tmp_path):
             distances.append(np.linalg.norm(rm.read_point(probe.latest("rt/ee_position")) - target))
         deployed = float(np.mean(distances))
         print(f"panda reach over DDS: {deployed:.4f} m (trained {trained['ee_distance_final']:.4f} m)")
-        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.01, \
+        # hardware/panda.yaml holds the Franka's acceleration and jerk limits (1 kHz setpoints), which the policy's
+        # training servo never had: in simulation they cost about 6 mm (tests/deploy/test_deploy_closed_loop.py).
+        assert deployed < 0.03 and deployed < trained["ee_distance_final"] + 0.015, \
             (distances, probe.mode(), (tmp_path / "deploy.log").read_text()[-2000:])
         _finish(deploy, twin, tmp_path)
     finally:
@@ -398,7 +401,7 @@ def test_deploy_without_a_robot_fails_with_one_line(dds_domain, tmp_path):
     finally:
         stop_process(proc)
     log = (tmp_path / "log").read_text()
-    assert "robo-rl: no fresh robot state on rt/joint_states (DDS domain" in log and "Traceback" not in log
+    assert "robo-rl: no fresh robot state on rt/franka/joint_states (DDS domain" in log and "Traceback" not in log
 
 
 def test_closing_deletes_the_participant_and_its_threads(dds_domain):

@@ -23,8 +23,8 @@ def robot_state_of(env, world: int, hw) -> RobotState:
         stamp=0.0,
         received=0.0,
         joint_names=hw.joint_names,
-        q=qpos[b.joint_qpos_index(hw.joint_names).numpy()],
-        dq=qvel[b.joint_qvel_index(hw.joint_names).numpy()],
+        q=qpos[b.joint_qpos_index(hw.model_names).numpy()],  # the model's names of the robot's joints
+        dq=qvel[b.joint_qvel_index(hw.model_names).numpy()],
         imu_quat=qpos[3:7] if floating else None,
         imu_gyro=qvel[3:6] if floating else None,
         ee_pos=ee,

@@ -86,7 +86,7 @@ def test_random_reset_stays_in_bounds_and_is_seeded(panda):
         assert np.abs(result.goal - c.default_q).max() <= 0.2 + 1e-12
         assert np.abs(measured_q(c) - result.goal).max() <= 0.03
     np.testing.assert_array_equal(goals[0], goals[1])  # same seed, same pose
-    with pytest.raises(ValueError, match="random reset bounds for joint1: low 0.3 must be finite and <= high 0.1"):
+    with pytest.raises(ValueError, match="reset bounds for panda_joint1: low 0.3 must be finite and <= high 0.1"):
         run_reset(c, RandomReset(low=[0.3] + [0.0] * (n - 1), high=[0.1] * n, rng=np.random.default_rng(0)),
                   step=step)
 
@@ -101,7 +101,7 @@ def test_reset_fails_with_one_line_after_its_timeout(panda):
         run_reset(c, HomeReset(home=far, settings=ResetSettings(timeout_s=0.5)), step=step)
     message = str(err.value)
     assert "\n" not in message
-    assert message.startswith("reset 'home' failed after its 0.5 s timeout: joint1 is ")
+    assert message.startswith("reset 'home' failed after its 0.5 s timeout: panda_joint1 is ")
     assert "rad from its goal (tolerance 0.05 rad" in message
     assert 0.5 <= s.robot.time - start <= 0.5 + 2 * c.period  # it waited its timeout, and not longer
 
@@ -142,7 +142,7 @@ def test_reset_refused_or_interrupted_outside_ready(panda):
         run_reset(c, HomeReset(home=far), step=step_then_estop)
     with pytest.raises(ResetError, match="reset 'home' needs READY or POLICY, the robot is in ESTOP"):
         run_reset(c, HomeReset(), step=step)
-    with pytest.raises(ValueError, match=r"waypoint 0: joint4 = 0.5 is outside \[-3.0518, -0.0898\]"):
+    with pytest.raises(ValueError, match=r"waypoint 0: panda_joint4 = 0.5 is outside \[-3.0518, -0.0898\]"):
         c.reset()
         c.request_ramp()
         while c.mode is not Mode.READY:

@@ -173,12 +173,18 @@ def test_the_exported_vla_on_the_twin_follows_its_path_in_simulation(vla, tmp_pa
     run, path = vla
     sim, layout, text = sim_path(run, decisions=20, execute=2)
     assert np.abs(sim).max() > 0.05  # the policy moves the arm
+    # The training physics: the Franka's 1 kHz setpoint limits (controller.setpoint_rate_hz) left out, since the
+    # training sim had none (tests/deploy/test_smoothing.py covers them)
+    text_hw = ARM.read_text()
+    unlimited = text_hw[:text_hw.index("  setpoint_rate_hz:")] + text_hw[text_hw.index("gripper:"):]
     free = tmp_path / "panda_gripper_free.yaml"  # the budget 10x the torque limits (outside the safe range)
-    free.write_text(ARM.read_text().replace("torque_margin: 1.0", "torque_margin: 10.0"))
+    free.write_text(unlimited.replace("torque_margin: 1.0", "torque_margin: 10.0"))
     twin, interventions = twin_path(path, free, layout, text, 40, allow_unsafe_hardware=True, warn=lambda _: None)
     assert "torque_limit" not in interventions
     np.testing.assert_allclose(twin, sim, atol=1e-2)  # measured: 7.5e-3 at most, of joint changes up to 0.19 rad
-    budgeted, interventions = twin_path(path, ARM, layout, text, 40)
+    budget = tmp_path / "panda_gripper_budget.yaml"
+    budget.write_text(unlimited)
+    budgeted, interventions = twin_path(path, budget, layout, text, 40)
     assert interventions["torque_limit"] > 0
     assert np.abs(budgeted - sim).max() > 2e-2  # measured: 0.035
 

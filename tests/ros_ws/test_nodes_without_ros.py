@@ -95,9 +95,10 @@ def test_lifecycle_publishers_are_made_in_configure_and_destroyed_in_cleanup(ros
 def test_topics_and_namespace_come_from_the_hardware_file(ros, tmp_path):
     hardware = tmp_path / "panda.yaml"
     text = (REPO / "hardware" / "panda.yaml").read_text()
-    hardware.write_text(text.replace("dds: {profile: ros2, command_interface: joint_trajectory}",
-                                     "dds: {profile: ros2, command_interface: joint_trajectory, namespace: /arm, "
-                                     "state_topic: /franka/joint_states}"))
+    dds = "dds: {profile: ros2, command_interface: joint_trajectory, state_topic: franka/joint_states}"
+    assert dds in text
+    hardware.write_text(text.replace(dds, "dds: {profile: ros2, command_interface: joint_trajectory, namespace: /arm, "
+                                          "state_topic: /franka/joint_states}"))
     node = policy_node(ros, hardware_config=str(hardware))
     assert node.on_configure(None).name == "SUCCESS"
     topics = {s.topic for s in node.subscriptions}
@@ -177,6 +178,7 @@ class FakeArm:
     def __init__(self, ros):
         hw, policy = load_for_deploy(PANDA_POLICY, PANDA)
         self.ros, self.hw, self.q = ros, hw, default_pose(policy, hw)
+        self.state_topic = hw.transport["dds"].get("state_topic", "joint_states")  # franka_ros2: franka/joint_states
         self.types = rm.MessageTypes(**{k: getattr(__import__("robo_rl_ros.messages").messages.message_types(), k)
                                         for k in rm.MessageTypes.__dataclass_fields__})
         self.stop = threading.Event()
@@ -186,7 +188,7 @@ class FakeArm:
         Bool = fake_ros.modules()["std_msgs.msg"].Bool
         while not self.stop.is_set():
             now = time.time()
-            self.ros.deliver("joint_states", rm.joint_state_message(self.types, self.hw.joint_names, self.q,
+            self.ros.deliver(self.state_topic, rm.joint_state_message(self.types, self.hw.joint_names, self.q,
                                                                     np.zeros(len(self.q)), None, now))
             self.ros.deliver("ee_position", rm.point_stamped_message(self.types, np.array([0.4, 0.0, 0.4]), now))
             self.ros.deliver("estop", Bool(data=False))
@@ -267,6 +269,6 @@ def test_recorder_samples_on_its_own_callback_group_and_names_cameras_by_path(ro
     assert type(node.groups["bag"]).__name__ == "MutuallyExclusiveCallbackGroup"
     assert node.recorder.cameras == ["camera_color", "camera_depth"]
     assert {s.topic for s in node.subscriptions if not s.raw} >= {
-        "joint_states", "joint_trajectory_controller/joint_trajectory", f"{names.POLICY_NODE}/episode_events"}
+        "franka/joint_states", "joint_trajectory_controller/joint_trajectory", f"{names.POLICY_NODE}/episode_events"}
     node.close()
     sample[0].callback()  # a tick after close records nothing and raises nothing

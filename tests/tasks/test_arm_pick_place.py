@@ -28,7 +28,7 @@ def robot_state_of(env, world, hw):
     qpos, qvel = b.qpos[world].numpy(), b.qvel[world].numpy()
     return RobotState(
         stamp=0.0, received=0.0, joint_names=hw.joint_names,
-        q=qpos[b.joint_qpos_index(hw.joint_names).numpy()], dq=qvel[b.joint_qvel_index(hw.joint_names).numpy()],
+        q=qpos[b.joint_qpos_index(hw.model_names).numpy()], dq=qvel[b.joint_qvel_index(hw.model_names).numpy()],
         ee_pos=b.sensordata[world, b.sensor_slice("ee_pos")].numpy(),
         object_pos=env.object_pos_w[world].double().numpy(),
     )
@@ -115,13 +115,18 @@ def test_twin_and_sim_apply_the_same_targets_from_the_same_state(pick_policy):
         np.testing.assert_allclose(twin_targets, sim_targets[i].numpy(), atol=2e-5)
 
 
-def test_exported_policy_runs_on_the_twin_with_gripper_and_cube(pick_policy):
+def test_exported_policy_runs_on_the_twin_with_gripper_and_cube(pick_policy, tmp_path):
     """Through the whole deploy core (contract check, observations with the cube from the twin, ONNX, numpy IK and
     gripper terms, safety filter, controller): a few hundred ticks in POLICY without a fault; and the twin follows
     the training sim, started from the same state and driven by the same policy."""
     path, env = pick_policy
     target = np.array([0.5, 0.15, env.rest_z])
-    session = open_session(path, HW, realtime=False, commands={"target_pos": target}, warn=lambda _: None)
+    # The training physics: the Franka's 1 kHz setpoint limits (controller.setpoint_rate_hz) left out, since the
+    # training sim had none (tests/deploy/test_smoothing.py covers them).
+    unlimited = tmp_path / "panda_gripper.yaml"
+    text = HW.read_text()
+    unlimited.write_text(text[:text.index("  setpoint_rate_hz:")] + text[text.index("gripper:"):])
+    session = open_session(path, unlimited, realtime=False, commands={"target_pos": target}, warn=lambda _: None)
     c, robot = session.controller, session.robot
     c.request_ramp()
     while c.mode is not Mode.READY:

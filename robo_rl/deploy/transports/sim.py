@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import queue
 import threading
 import time
@@ -27,7 +28,7 @@ import numpy as np
 from robo_rl.core.assets import find_asset
 from robo_rl.core.headless_gl import choose_headless_gl
 from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, JointCommand, RobotState, Transport
+from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, JointCommand, RobotState, Setpoints, Transport
 
 
 class SimRobot:
@@ -100,13 +101,16 @@ class SimRobot:
             raise ValueError(f"control_dt = {control_dt!r} is not a whole number of physics steps of "
                              f"{m.opt.timestep!r} s")
         self.substeps = round(steps)
-        jid = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in hw.joint_names]
-        missing = [n for n, i in zip(hw.joint_names, jid, strict=True) if i < 0]
+        model_names = hw.model_names  # the model's names of the robot's joints (hardware model_joint_names)
+        jid = [mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, n) for n in model_names]
+        missing = [n for n, i in zip(model_names, jid, strict=True) if i < 0]
         if missing:
-            raise ValueError(f"sim model {model_path} has no joint(s) {', '.join(missing)}")
+            raise ValueError(f"sim model {model_path} has no joint(s) {', '.join(missing)}"
+                             + ("" if hw.model_joint_names else " (does hardware model_joint_names map the robot's "
+                                "names onto the model's?)"))
         self.qadr = np.array([m.jnt_qposadr[i] for i in jid])  # (J,) robot order
         self.dadr = np.array([m.jnt_dofadr[i] for i in jid])  # (J,)
-        self.aid = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, n) for n in hw.joint_names])
+        self.aid = np.array([mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_ACTUATOR, n) for n in model_names])
         if (self.aid < 0).any():
             raise ValueError(f"sim model {model_path} needs a position actuator named after every joint")
         root = int(m.jnt_bodyid[jid[0]])  # the robot's root body (below the world), not a free object's
@@ -130,9 +134,16 @@ class SimRobot:
             self._object = (int(m.jnt_qposadr[jnt]), int(m.jnt_dofadr[jnt]))
         self.cameras = TwinCameras(m, cameras, render) if cameras else None
         self._pending: collections.deque[tuple[float, JointCommand]] = collections.deque()
+        # The setpoints being played (a command with `setpoints`): (start time, actuators, kp, kd, setpoints).
+        self._playing: tuple[float, np.ndarray, np.ndarray, np.ndarray, Setpoints] | None = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._running = False
+        # The model's own servo (its position actuators' kp, kv): a robot whose controller tracks positions with its own
+        # stiffness (hardware controller.gains: robot, a Franka) is emulated with the servo the policy trained on.
+        self._own_gains = hw.controller.gains == "robot"
+        self.servo_kp = m.actuator_gainprm[self.aid, 0].copy()  # (J,) the MJCF's position actuators' kp
+        self.servo_kd = -m.actuator_biasprm[self.aid, 2].copy()  # (J,) and kv
         self.reset(keyframe)
         if realtime:
             self._running = True
@@ -196,6 +207,7 @@ class SimRobot:
             if qpos is not None:
                 d.qpos[:] = qpos
             self._pending.clear()
+            self._playing = None
             # Until a command arrives the drivers are passive (zero gains), like a powered-on robot.
             m.actuator_gainprm[self.aid, 0] = 0.0
             m.actuator_biasprm[self.aid, 1] = 0.0
@@ -219,22 +231,58 @@ class SimRobot:
             for _ in range(steps):
                 while self._pending and self._pending[0][0] <= d.time + 1e-12:
                     self._apply(self._pending.popleft()[1])
+                if self._playing is not None:
+                    self._play(float(d.time))
                 mj.mj_step(m, d)
 
     def _apply(self, cmd: JointCommand) -> None:
-        """Load a command into the actuators: force = kp (q* - q) - kd dq, clipped to the torque limits."""
+        """Load a command into the actuators: force = kp (q* - q) - kd dq, clipped to the torque limits; with the
+        robot's own gains (hardware controller.gains: robot) the model's servo gains instead of the command's, since
+        such a robot ignores them (and holds every position it is sent). A command with setpoints replaces the ones
+        being played: they are played from now on, one per period (`_play`); a command without, for some joints (a
+        gripper's), stops the playing of those joints only."""
         m, d = self.model, self.data
         idx = self._command_index(cmd.joint_names)
         a = self.aid[idx]
+        if self._own_gains:
+            cmd = dataclasses.replace(cmd, kp=self.servo_kp[idx], kd=self.servo_kd[idx])
         m.actuator_gainprm[a, 0] = cmd.kp
         m.actuator_biasprm[a, 1] = -cmd.kp
         m.actuator_biasprm[a, 2] = -cmd.kd
+        if cmd.setpoints is not None:
+            self._playing = (float(d.time), a, np.asarray(cmd.kp), np.asarray(cmd.kd), cmd.setpoints)
+            d.qfrc_applied[self.dadr[idx]] = cmd.tau
+            return
+        self._stop_playing(a)
         d.ctrl[a] = cmd.q
         d.qfrc_applied[self.dadr[idx]] = cmd.tau + cmd.kd * cmd.dq  # feed-forward and velocity target
 
+    def _play(self, now: float) -> None:
+        """Load the setpoint due at `now` (the last one reached; the first from the start; the last one held after the
+        end): position target and velocity feed-forward, as a trajectory controller samples its trajectory (the
+        physics step subsamples the setpoints)."""
+        start, actuators, kp, kd, points = self._playing
+        i = min(max(int((now - start) / points.period + 1e-9), 1), len(points.q)) - 1
+        # The velocity target goes into the servo, kp q* + kd dq* = kp (q* + kd / kp dq*), so that the actuator's
+        # force limit bounds it as it bounds the rest (a feed-forward force would bypass it).
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lead = np.where(kp > 0, kd / kp, 0.0) * points.dq[i]
+        self.data.ctrl[actuators] = points.q[i] + lead
+
+    def _stop_playing(self, actuators: np.ndarray) -> None:
+        """Stop playing setpoints on `actuators` (a command of their own replaces them); the others play on."""
+        if self._playing is None:
+            return
+        start, playing, kp, kd, points = self._playing
+        keep = ~np.isin(playing, actuators)  # (P,)
+        if not keep.any():
+            self._playing = None
+        elif not keep.all():
+            kept = Setpoints(period=points.period, q=points.q[:, keep], dq=points.dq[:, keep], ddq=points.ddq[:, keep])
+            self._playing = (start, playing[keep], kp[keep], kd[keep], kept)
+
     def _command_index(self, names: tuple[str, ...]) -> np.ndarray:
-        lookup = {n: i for i, n in enumerate(self.hw.joint_names)}
-        return np.array([lookup[n] for n in names], dtype=np.int64)
+        return self.hw.index_of(names)  # the robot's names (or the model's)
 
     def _run_realtime(self) -> None:
         dt = self.model.opt.timestep

@@ -27,6 +27,10 @@ def connect_dds(hw: HardwareSpec, options: ConnectOptions) -> DdsRobot:
     if not options.realtime:
         raise ValueError("transport dds runs in real time only (realtime=False is for the sim transport)")
     settings = DdsSettings.from_hardware(hw, command_interface=options.command_interface)
+    if hw.controller.setpoint_rate_hz is not None and settings.command_interface != "joint_trajectory":
+        raise ValueError(f"hardware {hw.robot!r}: its controller takes {hw.controller.setpoint_rate_hz:g} Hz setpoints "
+                         f"(controller.setpoint_rate_hz), which command_interface {settings.command_interface} cannot "
+                         "carry (one target per tick); use joint_trajectory")
     return DdsRobot(hw, settings, control_dt=options.control_dt, domain_id=check_domain_id(options.domain_id),
                     needs_ee=options.needs_ee)
 

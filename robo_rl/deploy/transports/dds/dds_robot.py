@@ -5,7 +5,9 @@ Two profiles, chosen in the hardware file (`transport.dds.profile`):
 - `ros2`: ROS 2 topic and type names (`rt/joint_states`, `sensor_msgs::msg::dds_::JointState_`), `@final`
   structs (plain CDR), ROS 2's QoS conventions (state: best effort, keep last 1; commands: reliable,
   keep last 1). State from `joint_states` (+ `imu` for legged robots, `ee_position` for arms whose
-  policy observes it); commands on the topic of the chosen command interface (ros_interface).
+  policy observes it); commands on the topic of the chosen command interface (ros_interface). A gripper with a node
+  of its own (hardware `gripper`, franka_gripper) reports on `<namespace>/joint_states` and takes Move / Grasp goals
+  on `<namespace>/move_goal` / `grasp_goal` (robo_rl.deploy.gripper); its joint is left out of the arm's commands.
 - `unitree`: Unitree's low-level SDK topics `rt/lowstate` / `rt/lowcmd` with its message types and CRC,
   so a Go2 runs with no ROS at all. `take_control` first releases the onboard sport-mode controller through
   the motion switcher service (and `close` selects it again when the hardware file asks: `sport_mode: restore`).
@@ -21,9 +23,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.dds_settings import DdsSettings
+from robo_rl.deploy.gripper import GripperCommander, GripperGoal, goal_message
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.transports.dds import dds_types as dt
@@ -78,6 +83,19 @@ class DdsRobot:
                                       self.state.on_ee_position))
             struct = dt.ROS_STRUCTS[names.COMMAND_TOPICS[settings.command_interface].ros_type]
             self._writer = ep.writer(self.command_topic, struct, names.COMMAND_QOS)
+        # A gripper with its own node: its state joins the arm's, its joint leaves the arm's commands for goals.
+        self.gripper: GripperCommander | None = None
+        self.gripper_goals: list[GripperGoal] = []  # every goal sent, oldest first
+        self._gripper_writers: dict[str, Any] = {}
+        if hw.gripper is not None and settings.profile == "ros2":
+            self.gripper = GripperCommander.for_hardware(hw)
+            self._gripper_joint = int(hw.index_of([hw.gripper.joint])[0])
+            state = ep.latest_reader(settings.gripper_topic("state"), dt.JointState, names.SENSOR_QOS)
+            self._readers.append((state, self.state.on_gripper_state))
+            for kind, struct in (("move", dt.Move_Goal), ("grasp", dt.Grasp_Goal)):
+                self._gripper_writers[kind] = ep.writer(settings.gripper_topic(kind), struct, names.COMMAND_QOS)
+        else:
+            self.state.needs_gripper = False
         self._read_lock = threading.Lock()
 
     def __str__(self) -> str:
@@ -110,9 +128,23 @@ class DdsRobot:
         if self.settings.profile == "unitree":
             msg = unitree.low_cmd_message(command, self.hw)
         else:
+            if self.gripper is not None:
+                command = self._send_gripper(command)
             msg = self._encode(command)
         self._writer.write(msg)
         self.sent += 1
+
+    def _send_gripper(self, command: JointCommand) -> JointCommand:
+        """Send the gripper the goal its joint's target calls for (if any); the command without that joint."""
+        names_, joint = command.joint_names, self.hw.joint_names[self._gripper_joint]
+        if joint not in names_:
+            return command
+        k = names_.index(joint)
+        goal = self.gripper.update(command.q[k])
+        if goal is not None:
+            self._gripper_writers[goal.kind].write(goal_message(dt.gripper_message_types(), goal))
+            self.gripper_goals.append(goal)
+        return rm.command_subset(command, np.delete(np.arange(len(names_)), k))
 
     def take_control(self) -> None:
         """unitree profile: release the onboard sport-mode controller (transport.dds.sport_mode); ValueError
@@ -136,6 +168,7 @@ class DdsRobot:
         self._switcher = None
         self._readers = []  # also breaks the cycle robot -> handler (a bound method) -> robot
         self._writer = None
+        self._gripper_writers = {}
         if self._own_endpoint:
             self.endpoint.close()
 

@@ -18,6 +18,7 @@ import cyclonedds.idl as idl
 import cyclonedds.idl.annotations as annotate
 import cyclonedds.idl.types as types
 
+from robo_rl.deploy.gripper import GripperTypes
 from robo_rl.deploy.ros_messages import MessageTypes
 
 
@@ -210,6 +211,32 @@ class DiagnosticArray(idl.IdlStruct, typename="diagnostic_msgs.msg.dds_.Diagnost
     status: types.sequence[DiagnosticStatus] = field(default_factory=list)
 
 
+# ---------------------------------------------------------------------------------------------- franka_msgs
+# franka_ros2's franka_msgs: msg/GraspEpsilon.msg and the goal parts of action/Move.action and action/Grasp.action
+# (ROS 2 generates a message <Action>_Goal of each; tests/deploy/test_dds_gripper.py checks the bytes with rosbags).
+@dataclass
+@annotate.final
+class GraspEpsilon(idl.IdlStruct, typename="franka_msgs.msg.dds_.GraspEpsilon_"):
+    inner: types.float64 = 0.0
+    outer: types.float64 = 0.0
+
+
+@dataclass
+@annotate.final
+class Move_Goal(idl.IdlStruct, typename="franka_msgs.action.dds_.Move_Goal_"):  # noqa: N801 (ROS's name)
+    width: types.float64 = 0.0
+    speed: types.float64 = 0.0
+
+
+@dataclass
+@annotate.final
+class Grasp_Goal(idl.IdlStruct, typename="franka_msgs.action.dds_.Grasp_Goal_"):  # noqa: N801 (ROS's name)
+    width: types.float64 = 0.0
+    epsilon: GraspEpsilon = field(default_factory=GraspEpsilon)
+    speed: types.float64 = 0.0
+    force: types.float64 = 0.0
+
+
 # ---------------------------------------------------------------------------------------------- unitree_go
 UNITREE_MOTORS = 20
 """Motor slots in unitree_go LowState_ / LowCmd_ (a Go2 uses the first 12)."""
@@ -383,6 +410,11 @@ class Response_(idl.IdlStruct, typename="unitree_api.msg.dds_.Response_"):
 
 
 # ---------------------------------------------------------------------------------------------- binding
+def gripper_message_types() -> GripperTypes:
+    """The franka_msgs structs above as the `GripperTypes` the gripper goal adapters build with."""
+    return GripperTypes(Move_Goal=Move_Goal, Grasp_Goal=Grasp_Goal, GraspEpsilon=GraspEpsilon)
+
+
 def dds_message_types() -> MessageTypes:
     """The structs above as the `MessageTypes` the ROS 2 message adapters build with."""
     return MessageTypes(
@@ -410,3 +442,6 @@ ROS_STRUCTS = {
 }
 """The struct of each ROS 2 message type in ros_interface.MESSAGE_TYPES."""
 UNITREE_STRUCTS = {"unitree_go/msg/LowState": LowState_, "unitree_go/msg/LowCmd": LowCmd_}
+FRANKA_STRUCTS = {"franka_msgs/action/Move_Goal": Move_Goal, "franka_msgs/action/Grasp_Goal": Grasp_Goal,
+                  "franka_msgs/msg/GraspEpsilon": GraspEpsilon}
+"""franka_gripper's goal messages (ros_interface.GRIPPER_TOPICS)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ from robo_rl.deploy.robot import ConnectOptions, JointCommand, RobotInterface
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
+from robo_rl.deploy.transports.dds.franka_gripper import GripperTwin
 from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherService
 from robo_rl.deploy.transports.sim import connect_twin
 
@@ -42,11 +44,13 @@ class DdsTwinServer:
             start ("normal", "ai", "advanced"), "released", or "locked" (normal, refusing every release); while
             a sport mode is active the twin ignores low-level commands (counted in `ignored`), as the onboard
             controller would fight them. None: no motion switcher (a simulator bridge without one).
+        publish_ee: ros2 profile, arms: publish the end-effector position (ee_position); False as franka_ros2, which
+            publishes none (the deploy core then computes it from the joints).
     """
 
     def __init__(self, robot: RobotInterface, hw: HardwareSpec, settings: DdsSettings, endpoint: DdsEndpoint, *,
                  rate_hz: float = 200.0, base_twist: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
-                 sport_mode: str | None = None):
+                 sport_mode: str | None = None, publish_ee: bool = True):
         if not (np.isfinite(rate_hz) and 0 < rate_hz <= 2000):
             raise ValueError(f"twin rate_hz = {rate_hz!r}: must be in (0, 2000]")
         self.robot = robot
@@ -75,12 +79,15 @@ class DdsTwinServer:
             self._state_writers = {"joints": endpoint.writer(topics["joints"], dt.JointState, names.SENSOR_QOS)}
             if hw.kind == "legged":
                 self._state_writers["imu"] = endpoint.writer(topics["imu"], dt.Imu, names.SENSOR_QOS)
-            else:
+            elif publish_ee:
                 self._state_writers["ee"] = endpoint.writer(topics["ee"], dt.PointStamped, names.SENSOR_QOS)
             struct = dt.ROS_STRUCTS[names.COMMAND_TOPICS[settings.command_interface].ros_type]
             endpoint.reader(settings.command_topic_name(), struct, names.COMMAND_QOS, self._on_command)
         self._twist_writer = (endpoint.writer(settings.topic(names.TWIN_BASE_TWIST), dt.Twist, names.SENSOR_QOS)
                               if base_twist is not None else None)
+        # A gripper with its own node (franka_gripper): its joint is reported and commanded there, not with the arm.
+        self.gripper = (GripperTwin(robot, hw, settings, endpoint)
+                        if hw.gripper is not None and settings.profile == "ros2" else None)
 
     def _reject(self, exc: Exception) -> None:
         self.rejected += 1
@@ -92,6 +99,10 @@ class DdsTwinServer:
         except ValueError as exc:
             self._reject(exc)
             return
+        if self.settings.command_interface == "joint_trajectory":  # a trajectory controller drives its joints only
+            named = np.isin(self.hw.joint_names, self.hw.robot_names([str(j) for j in msg.joint_names]))
+            if not named.all():
+                cmd = rm.command_subset(cmd, np.flatnonzero(named))
         self._apply(cmd)
 
     def _on_low_cmd(self, msg: dt.LowCmd_, received: float) -> None:
@@ -118,7 +129,15 @@ class DdsTwinServer:
         if self.settings.profile == "unitree":
             self._state_writers["low"].write(unitree.low_state_message(state, self.hw))
         else:
-            for role, msg in rm.twin_state_messages(t, state, self.hw).items():
+            arm = state
+            if self.gripper is not None:
+                self.gripper.step(state, self.period)
+                self.gripper.publish(state)
+                keep = [i for i, n in enumerate(state.joint_names) if n != self.gripper.joint]
+                arm = dataclasses.replace(state, joint_names=tuple(state.joint_names[i] for i in keep),
+                                          q=np.asarray(state.q)[keep], dq=np.asarray(state.dq)[keep],
+                                          tau=None if state.tau is None else np.asarray(state.tau)[keep])
+            for role, msg in rm.twin_state_messages(t, arm, self.hw).items():
                 if role in self._state_writers:
                     self._state_writers[role].write(msg)
         if self._twist_writer is not None:
@@ -143,11 +162,12 @@ class DdsTwinServer:
 
 def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s: float | None,
                command_interface: str | None = None, physics_dt: float | None = None, latency_s: float = 0.0,
-               noise_std: float = 0.0, seed: int = 0, sport_mode: str | None = "normal",
+               noise_std: float = 0.0, seed: int = 0, sport_mode: str | None = "normal", publish_ee: bool = True,
                out: TextIO = sys.stdout) -> int:
     """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied.
 
-    `sport_mode` (unitree profile; see DdsTwinServer) is ignored on the ros2 profile, whose robots have none.
+    `sport_mode` (unitree profile; see DdsTwinServer) is ignored on the ros2 profile, whose robots have none;
+    `publish_ee` False publishes no end-effector position (as franka_ros2).
     """
     hw = load_hardware(find_asset(hardware_path, what="hardware file"))
     settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
@@ -163,7 +183,8 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
     stop = threading.Event()
     try:
         server = DdsTwinServer(robot, hw, settings, endpoint, rate_hz=rate_hz,
-                               base_twist=robot.base_twist if robot.floating else None, sport_mode=sport_mode)
+                               base_twist=robot.base_twist if robot.floating else None, sport_mode=sport_mode,
+                               publish_ee=publish_ee)
     except BaseException:
         robot.close()
         endpoint.close()
@@ -171,7 +192,8 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
     try:
         topics = settings.state_topics()
         sport = f", sport mode {sport_mode}" if sport_mode is not None else ""  # at start (deploy may release it now)
-        print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz, "
+        ee = "" if publish_ee or hw.kind != "arm" else ", no end-effector position"
+        print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz{ee}, "
               f"commands on {settings.command_topic_name()}{sport}; Ctrl-C stops", file=out, flush=True)
         server.serve(stop, duration_s)
     except KeyboardInterrupt:

@@ -105,6 +105,17 @@ def cli():
     return run_cli
 
 
+@pytest.fixture(autouse=True)
+def restore_signal_handlers():
+    """The CLI's commands run in-process install SIGINT/SIGTERM handlers for good (robo_rl.cli.robot.stop_on_signals,
+    as a process should); put the ones this test started with back, so no test sees another's handlers."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        if handler is not None:
+            signal.signal(sig, handler)
+
+
 @pytest.fixture
 def dds_domain(monkeypatch) -> int:
     """Loopback-only Cyclone DDS (CYCLONEDDS_URI) for this test and its subprocesses; a fresh random domain id."""

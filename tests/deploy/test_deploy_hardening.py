@@ -4,7 +4,6 @@ an unsafe command; the deploy command exits non-zero with the reason when it sto
 
 import json
 import math
-import signal
 from dataclasses import replace
 from pathlib import Path
 
@@ -335,20 +334,11 @@ def test_contract_dims_and_history_are_checked():
     assert DeployContract.from_json(contract.to_json()) == contract
 
 
-@pytest.fixture
-def restore_signals():
-    """cmd_deploy installs SIGINT/SIGTERM handlers; put pytest's back afterwards."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 def deploy(*extra: str) -> int:
     return main(["deploy", "--policy", str(GO2_POLICY), "--robot", str(GO2_HW), "--transport", "sim", *extra])
 
 
-def test_cli_refuses_nan_velocity_with_one_line(capsys, monkeypatch, restore_signals):
+def test_cli_refuses_nan_velocity_with_one_line(capsys, monkeypatch):
     never_connect(monkeypatch)
     assert deploy("--velocity", "nan,0,0") == 2
     out, err = capsys.readouterr()
@@ -356,7 +346,7 @@ def test_cli_refuses_nan_velocity_with_one_line(capsys, monkeypatch, restore_sig
     assert out == ""
 
 
-def test_cli_clamps_out_of_range_velocity_with_a_warning(capsys, restore_signals):
+def test_cli_clamps_out_of_range_velocity_with_a_warning(capsys):
     assert deploy("--velocity", "3,0,0", "--duration", "1") == 0
     out, err = capsys.readouterr()
     assert "warning: velocity_command [3, 0, 0] is outside the range the policy was trained on" in err
@@ -364,7 +354,7 @@ def test_cli_clamps_out_of_range_velocity_with_a_warning(capsys, restore_signals
     assert "Traceback" not in err
 
 
-def test_cli_fault_prints_the_reason_and_exits_non_zero(capsys, restore_signals):
+def test_cli_fault_prints_the_reason_and_exits_non_zero(capsys):
     # Sensor noise of 20 rad/s on dq reads as overspeed within the first ticks (seeded, reproducible).
     assert deploy("--noise", "20", "--duration", "3") == 1
     out, err = capsys.readouterr()

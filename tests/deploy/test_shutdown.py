@@ -64,6 +64,7 @@ def test_signal_requests_and_teardown_sends_the_last_damping_command_on_a_live_c
     assert rt.controller.mode in (Mode.RAMP, Mode.READY) and robot.sent[-1][0].kp.any()  # stiff: ramping
 
     request = ShutdownRequest()
+    before = signal.getsignal(signal.SIGINT)
     restore = request.install()
     try:
         os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C (or `ros2 launch` stopping) delivers
@@ -72,7 +73,7 @@ def test_signal_requests_and_teardown_sends_the_last_damping_command_on_a_live_c
             request.handler(signal.SIGTERM, None)  # a second signal interrupts a hung teardown
     finally:
         restore()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
     order: list[str] = []
 

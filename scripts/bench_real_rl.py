@@ -73,7 +73,9 @@ def record_demos(root: Path, episodes: int, seed: int) -> float:
     env = RobotEnv(REPO / POLICY, REPO / HARDWARE, rewards=("goal_distance",), reset_module="random",
                    max_episode_steps=EPISODE_STEPS, seed=seed + 1000)
     contract = expert.contract
-    names = [f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)]
+    from robo_rl.demos.recorder import policy_dims
+
+    names, _ = policy_dims(contract)
     recorder = TransitionRecorder(root, obs_names=names, action_dim=contract.action_dim,
                                   fps=1.0 / contract.policy_dt, task="bench_real_rl demonstrations")
     successes = 0

@@ -106,8 +106,9 @@ class Probe:
     def operator(self, word: str) -> None:
         self._operator.write(self.dt.String(data=word))
 
-    def estop(self) -> None:
-        self._estop.write(self.dt.Bool(data=True))
+    def estop(self, pressed: bool = True) -> None:
+        """Press the e-stop (True) or send a heartbeat that presses nothing (False)."""
+        self._estop.write(self.dt.Bool(data=pressed))
 
     def cmd_vel(self, vx: float, vy: float, wz: float) -> None:
         t = self.dt

@@ -29,6 +29,9 @@ def cmd_record(args: argparse.Namespace) -> int:
             args.teleop and not args.robot):
         raise UserError("record: give either --task TASK --expert or --task TASK --teacher RUN (simulation), or "
                         "--robot HW --teleop DEVICE")
+    if sim and (args.transport != "sim" or args.domain_id or args.policy):
+        raise UserError("record: --transport, --domain-id and --policy are options of teleoperation (--robot HW "
+                        "--teleop DEVICE); --expert and --teacher record in simulation")
     size = args.image_size or DEFAULT_IMAGE_SIZE
     if args.episodes < 1 or args.num_envs < 1 or not 8 <= size <= 1024 or args.noise < 0:
         raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
@@ -93,12 +96,13 @@ def _record_teleop(args: argparse.Namespace) -> int:
         device = DEVICES[args.teleop]()
     except (ImportError, OSError, ValueError) as exc:
         raise UserError(f"record: teleop device {args.teleop}: {exc}") from None
-    print("teleoperating the twin: w/s a/d r/f move the hand, space toggles the gripper, enter ends the episode, "
-          "q quits", flush=True)
+    print(f"teleoperating {args.robot} ({args.transport}): w/s a/d r/f move the hand, space toggles the gripper, "
+          "enter ends the episode, q quits", flush=True)
     try:
         report = record_teleop(args.robot, args.out, device, cameras=tuple(args.cameras),
-                               image_size=args.image_size or DEFAULT_IMAGE_SIZE,
-                               max_speed=args.max_speed, status=lambda line: print(line, flush=True))
+                               image_size=args.image_size or DEFAULT_IMAGE_SIZE, max_speed=args.max_speed,
+                               status=lambda line: print(line, flush=True), transport=args.transport,
+                               domain_id=args.domain_id, policy=args.policy)
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"record: {exc}") from None
     finally:

@@ -102,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--command-interface", help="dds transport, ros2 profile: forward_position, joint_trajectory "
                                                 "or pd_targets (default: the hardware file's, else pd_targets)")
     dp.add_argument("--dry-run", action="store_true", help="dds transport: run everything but send no command")
+    dp.add_argument("--estop-timeout", type=float, default=0.0, metavar="S",
+                    help="dds transport: the e-stop topic is a heartbeat: nothing starts until a message (true or "
+                         "false) arrived, and none for S seconds latches ESTOP (default 0: no heartbeat expected)")
     dp.add_argument("--realtime-priority", type=int, default=REALTIME_PRIORITY, metavar="P",
                     help="SCHED_FIFO priority of the control thread, 1-99 (0: normal scheduling; needs rtprio)")
     dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
@@ -132,11 +135,18 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--task", help="with --expert or --teacher: the task to record in simulation")
     rc.add_argument("--expert", action="store_true", help="record the task's scripted expert")
     rc.add_argument("--teacher", metavar="RUN", help="record this trained policy of --task instead (e.g. a PPO run)")
-    rc.add_argument("--robot", metavar="hardware/Y.yaml", help="with --teleop: the arm whose twin is teleoperated")
+    rc.add_argument("--robot", metavar="hardware/Y.yaml", help="with --teleop: the arm that is teleoperated")
     rc.add_argument("--teleop", choices=("keyboard", "gamepad", "spacemouse"),
                     help="end-effector teleoperation device (keys: w/s a/d r/f move, space gripper, enter ends "
                          "the episode, q quits)")
     rc.add_argument("--max-speed", type=float, default=0.1, help="teleop: end-effector speed at full input (m/s)")
+    rc.add_argument("--transport", default="sim",
+                    help="teleop: how the arm is reached, a registered transport: sim (its twin, in-process) or dds "
+                         "(a robot or `robo-rl twin`, in real time)")
+    rc.add_argument("--domain-id", type=int, default=0, help="teleop, dds transport: DDS domain (ROS_DOMAIN_ID)")
+    rc.add_argument("--policy", metavar="policies/X.onnx",
+                    help="teleop: record in this exported policy's terms (its observations and actions, as deploy "
+                         "--record writes them), so BC for it trains on the recording")
     rc.add_argument("--episodes", type=int, default=50)
     rc.add_argument("--out", required=True, metavar="DIR", help="new dataset folder")
     rc.add_argument("--cameras", nargs="*", default=[], metavar="CAMERA", help="model cameras to record")

@@ -52,6 +52,7 @@ _TRANSPORT_FLAGS = (
     ("--command-interface", "command_interface", lambda a: a.command_interface is not None),
     ("--scene", "scene", lambda a: getattr(a, "scene", None) is not None),
     ("--dry-run", None, lambda a: a.dry_run),
+    ("--estop-timeout", None, lambda a: getattr(a, "estop_timeout", 0.0) != 0.0),
     ("--reset-module", None, lambda a: a.reset_module != "home"),
     ("--reward", None, lambda a: bool(a.rewards)),
 )
@@ -110,7 +111,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
                                command_interface=args.command_interface, dry_run=args.dry_run,
                                reset_module=args.reset_module, rewards=tuple(args.rewards),
                                allow_unsafe_hardware=args.allow_unsafe_hardware,
-                               realtime_priority=args.realtime_priority)
+                               realtime_priority=args.realtime_priority, estop_timeout_s=args.estop_timeout)
         runtime = PolicyRuntime(config, log=lambda line: print(f"\n{line}", flush=True), warn=_warn)
     except ValueError as exc:
         raise UserError(str(exc)) from None

@@ -315,7 +315,9 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
                                   "seed": args.seed, "realtime_priority": args.realtime_priority})
     except (ConfigError, ValueError) as exc:
         raise UserError(f"train-real: {exc}") from None
-    names = [f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)]
+    from robo_rl.demos.recorder import policy_dims
+
+    names, _ = policy_dims(contract)
     recorder = TransitionRecorder(record, obs_names=names, action_dim=contract.action_dim, fps=1.0 / contract.policy_dt,
                                   task=f"train-real {Path(args.policy).stem}",
                                   extra_info={"robo_rl": {"template": str(args.policy), "robot": str(args.robot),

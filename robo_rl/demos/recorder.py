@@ -238,6 +238,11 @@ class LatestFrameCamera:
         self._cap.release()
 
 
+def policy_dims(contract: Any) -> tuple[list[str], int]:
+    """(observation names (O,), action size A) of a deploy contract: `robot_features`'s `policy` argument."""
+    return [f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)], contract.action_dim
+
+
 def recording_wrapper(root: str | Path, *, task: str, policy: Callable[[], Any] | None = None
                       ) -> tuple[Callable[[Any], RecordingRobot], dict]:
     """(wrap_robot for `open_session`, holder): the wrapped robot records every tick into a new dataset at
@@ -248,11 +253,8 @@ def recording_wrapper(root: str | Path, *, task: str, policy: Callable[[], Any] 
 
     def wrap(robot: Any) -> RecordingRobot:
         hw = robot.hw
-        dims, step = None, policy() if policy is not None else None
-        if step is not None:
-            contract = step.policy.contract
-            dims = ([f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)],
-                    contract.action_dim)
+        step = policy() if policy is not None else None
+        dims = policy_dims(step.policy.contract) if step is not None else None
         writer = DatasetWriter(root, fps=hw.control_rate_hz, robot_type=hw.robot,
                                features=robot_features(hw.joint_names, {}, hw.control_rate_hz, dims))
         holder["rec"] = RecordingRobot(robot, writer, task=task, policy=step)

@@ -5,8 +5,10 @@ Every device gives a `TeleopInput` each control tick: an end-effector velocity i
 into joint targets: damped least squares on the arm's kinematic chain (the numpy chain of the deploy
 core, built from the twin's MJCF) holding the end-effector's orientation, so the Controller sends it
 through the same safety filter as a policy's. The device mappings are pure functions of the raw device
-state (tested); the device classes only read hardware. `record_teleop` teleoperates the twin and records
-every tick into a dataset (`robo-rl record --teleop`):
+state (tested); the device classes only read hardware. `record_teleop` teleoperates a robot through any registered
+transport (the twin in-process, a robot or `robo-rl twin` over DDS) and records every tick into a dataset
+(`robo-rl record --teleop`), optionally in an exported policy's terms (`PolicyTermsTeleop`: its observations and
+actions, so BC for that policy trains on the recording as on `deploy --record`'s):
 
     keyboard   w/s: +x/-x, a/d: +y/-y, r/f: +z/-z, space: toggle gripper, enter: end the episode, q: quit
     gamepad    left stick: x/y, right stick vertical: z, A (south): toggle gripper, start: end the episode
@@ -22,16 +24,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from robo_rl.demos.dataset_writer import DatasetWriter
-from robo_rl.demos.recorder import RecordingRobot, SimCameras, robot_features
+from robo_rl.demos.recorder import RecordingRobot, SimCameras, policy_dims, robot_features
 from robo_rl.demos.replay import paced_ticks
 from robo_rl.deploy.controller import Controller
 from robo_rl.deploy.hardware import load_hardware
+from robo_rl.deploy.robot import take_control
+from robo_rl.deploy.runtime import check_reported_joints, control_path, observes_ee, wait_for_fresh_state
 from robo_rl.deploy.session import make_robot
+from robo_rl.deploy.session import transport as find_transport
 from robo_rl.deploy.state_machine import Mode
 from robo_rl.terms.ee_delta import dls_step, limit_step, orientation_error
 from robo_rl.terms.kinematics import SerialChain, serial_chain
@@ -189,9 +195,56 @@ class DeviceTakeover:
         return self.teleop(state)
 
 
+class PolicyTermsTeleop:
+    """End-effector teleoperation written in an exported policy's terms (the Controller's PolicyStep protocol).
+
+    Each tick the policy's observation is built from the state (`PolicyStep.observe`: histories advance as in
+    training) and the operator's joint targets (`EeTeleopPolicy`) are executed as the policy's own raw actions
+    (`ActionMap.actions_for`, then its action terms), so what the robot does is exactly what those actions do and a
+    `RecordingRobot` given this as its policy records `observation.policy` and `action` beside the joint targets.
+
+    Args:
+        teleop: the operator's end-effector teleoperation.
+        step: the exported policy's PolicyStep (its contract validated against the robot).
+
+    Raises:
+        ValueError: an action term that cannot express joint targets as actions (one line).
+    """
+
+    def __init__(self, teleop: EeTeleopPolicy, step: Any):
+        self.teleop, self.step = teleop, step
+        step.action_map.actions_for(np.asarray(step.policy.contract.default_joint_pos))  # refused now, not mid-episode
+        self.kp, self.kd = step.kp, step.kd
+
+    @property
+    def last_input(self) -> TeleopInput:
+        return self.teleop.last_input
+
+    @property
+    def last_obs(self) -> np.ndarray | None:
+        return self.step.last_obs
+
+    @property
+    def last_action(self) -> np.ndarray:
+        return self.step.last_action
+
+    def reset(self) -> None:
+        self.teleop.reset()
+        self.step.reset()
+
+    def __call__(self, state: Any) -> np.ndarray:
+        self.step.observe(state)  # with the previous tick's action, as the policy would see it
+        targets = self.teleop(state)  # (J,) robot order
+        self.step.external = self.step.action_map.actions_for(targets[self.step.robot_index])
+        return self.step(state)  # (J,) the targets of those actions; joints the policy does not drive hold
+
+
 def arm_chain(hw: Any, ee_site: str = "ee") -> dict:
     """The kinematic chain to `ee_site` of the arm's model (hardware `transport.sim.model`), read once with mujoco: the
     robot side of teleoperation needs no twin running, only the model file."""
+    from robo_rl.core.headless_gl import choose_headless_gl
+
+    choose_headless_gl()  # before the first mujoco import of this process: a sim twin's cameras may render later
     import mujoco
 
     from robo_rl.core.assets import find_asset
@@ -315,18 +368,43 @@ DEVICES = {"keyboard": KeyboardDevice, "gamepad": EvdevGamepad, "spacemouse": Sp
 def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str = "teleoperation",
                   cameras: tuple[str, ...] = (), image_size: int = 96, max_speed: float = 0.1,
                   realtime: bool = True, max_ticks: int | None = None, ee_site: str = "ee",
-                  status: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Teleoperate the twin of `hardware` (end-effector velocity from `read`) and record every tick into `out`.
+                  status: Callable[[str], None] | None = None, transport: str = "sim", domain_id: int = 0,
+                  policy: str | Path | None = None) -> dict[str, Any]:
+    """Teleoperate `hardware` (end-effector velocity from `read`) through the registered transport `transport` (the
+    twin "sim", in-process; a robot or `robo-rl twin` over "dds", in real time) and record every tick into `out`.
 
-    RAMP and READY run first; POLICY (teleoperation) starts once READY. An input with `end_episode`
-    closes the episode, `quit` (or `max_ticks` ticks of POLICY) ends the session. Returns the recorder's
-    report plus "episodes". Every command goes through the deploy core's safety filter.
+    RAMP and READY run first; POLICY (teleoperation) starts once READY: the hand holds still until the device moves.
+    An input with `end_episode` closes the episode, `quit` (or `max_ticks` ticks of POLICY) ends the session. Every
+    command goes through the deploy core's safety filter (and a Franka's jerk-limited setpoints). Cameras are the sim
+    twin's. With `policy` (an exported .onnx) the recording is in its terms (`PolicyTermsTeleop`): the features
+    `deploy --record` writes (observation.policy, action, command.joint_position), so BC trains on it.
+
+    Returns:
+        The recorder's report plus "episodes".
+
+    Raises:
+        ValueError: an unknown transport, cameras on a transport that gives none, a policy whose contract does not fit
+            the robot, a robot that does not report the hardware file's joints (one line; nothing sent).
     """
-
+    entry = find_transport(transport)
+    if not entry.rehearsal:
+        realtime = True
+    if cameras and transport != "sim":
+        raise ValueError(f"--cameras {' '.join(cameras)}: camera frames are recorded from the sim twin only; transport "
+                         f"{transport} gives none")
     hw = load_hardware(hardware)
+    step = kinematics = None
+    if policy is not None:
+        from robo_rl.deploy.ee_kinematics import make_ee_kinematics
+        from robo_rl.deploy.policy import OnnxPolicy, PolicyStep  # onnxruntime: only to record in a policy's terms
+
+        step = PolicyStep(OnnxPolicy(policy), hw)
+        if abs(step.policy.contract.policy_dt * hw.control_rate_hz - 1.0) > 1e-6:
+            raise ValueError(f"policy {policy}: it acts every {step.policy.contract.policy_dt:g} s, the robot's "
+                             f"control rate is {hw.control_rate_hz:g} Hz")
+        kinematics = make_ee_kinematics(hw, observes_ee(step))  # its ee_pos where the robot reports none
     dt = 1.0 / hw.control_rate_hz
-    robot = make_robot("sim", hw, dt, realtime=realtime)
-    chain = serial_chain(robot.model, ee_site)
+    chain = arm_chain(hw, ee_site)
     # The gripper's finger: the hardware file's gripper joint, or the joint its model calls finger_*.
     fingers = [r for r, m in zip(hw.joint_names, hw.model_names, strict=True) if m.startswith("finger")]
     finger = hw.gripper.joint if hw.gripper is not None else (fingers[0] if fingers else None)
@@ -334,18 +412,29 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     if finger is not None:
         i = hw.joint_names.index(finger)
         gripper = (finger, float(hw.joint_upper[i]), float(hw.joint_lower[i]))
-    sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz) if cameras else None
-    writer = DatasetWriter(out, fps=hw.control_rate_hz, features=robot_features(
-        hw.joint_names, {c: (image_size, image_size) for c in cameras}, hw.control_rate_hz), robot_type=hw.robot)
-    rec = RecordingRobot(robot, writer, task=task, recording=False,
-                         cameras={c: sim.camera(c) for c in cameras} if sim else None)
-    policy = EeTeleopPolicy(read, chain, hw, dt, max_speed=max_speed, gripper=gripper)
-    state = robot.read_state()
-    start = np.asarray(state.q, dtype=np.float64)
-    clock = time.monotonic if realtime else (lambda: robot.time)
-    controller = Controller(rec, hw, policy, start, clock=clock)
-    episodes, ticks = 0, 0
+    teleop = EeTeleopPolicy(read, chain, hw, dt, max_speed=max_speed, gripper=gripper)
+    driver = teleop if step is None else PolicyTermsTeleop(teleop, step)
+    robot = make_robot(transport, hw, dt, realtime=realtime, domain_id=domain_id,
+                       needs_ee=step is not None and observes_ee(step) and kinematics is None)
+    sim = writer = controller = rec = None
     try:
+        if entry.rehearsal:
+            state = robot.read_state()
+        else:  # a robot's first states may be late or stale; nothing is sent before its joints are checked
+            state = wait_for_fresh_state(robot, 10.0, hw.safety.state_timeout_s, time.monotonic)
+            check_reported_joints(state, hw)
+            take_control(robot)
+        sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz) if cameras else None
+        writer = DatasetWriter(out, fps=hw.control_rate_hz, robot_type=hw.robot, features=robot_features(
+            hw.joint_names, {c: (image_size, image_size) for c in cameras}, hw.control_rate_hz,
+            policy_dims(step.policy.contract) if step is not None else None))
+        rec = RecordingRobot(robot, writer, task=task, recording=False, policy=step,
+                             cameras={c: sim.camera(c) for c in cameras} if sim else None)
+        start = np.empty(len(hw.joint_names))
+        start[hw.index_of(state.joint_names)] = state.q
+        clock = time.monotonic if realtime else (lambda: robot.time)
+        controller = Controller(control_path(rec, hw, ee_kinematics=kinematics), hw, driver, start, clock=clock)
+        episodes, ticks = 0, 0
         controller.request_ramp()
         for _ in paced_ticks(controller, clock, dt, realtime):
             if controller.mode is Mode.READY:
@@ -353,7 +442,7 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
                 rec.start()
             elif controller.mode is Mode.POLICY:
                 ticks += 1
-                inp = policy.last_input
+                inp = driver.last_input
                 if inp.end_episode or inp.quit or (max_ticks is not None and ticks >= max_ticks):
                     rec.end_episode()
                     episodes += 1
@@ -363,11 +452,14 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
                         break
             elif controller.mode in (Mode.DAMP, Mode.ESTOP):
                 raise RuntimeError(f"teleoperation stopped: {controller.last_fault} ({controller.last_error})")
+        return {**rec.report(), "episodes": episodes}
     finally:
-        rec.recording = False
-        controller.shutdown()
-        writer.close()
+        if rec is not None:
+            rec.recording = False  # the shutdown's damping commands are no demonstration
+        if controller is not None:
+            controller.shutdown()
+        if writer is not None:
+            writer.close()
         if sim:
             sim.close()
         robot.close()
-    return {**rec.report(), "episodes": episodes}

@@ -149,6 +149,15 @@ class DdsSettings:
                 "ee": place(self.ee_topic or names.EE_POSITION.name),
                 "command": place(self.command_topic or spec.name)}
 
+    def gripper_ros_names(self) -> dict[str, str]:
+        """ROS 2 names of franka_gripper's state topic ("state") and its actions ("move", "grasp"), under the hardware's
+        gripper.namespace, placed as `ros_topics` places the arm's (relative without a namespace)."""
+        ns = self.gripper_namespace.rstrip("/")
+        out = {"state": f"{ns}/{names.GRIPPER_TOPICS['state'][0]}",
+               **{kind: f"{ns}/{action}" for kind, action in names.GRIPPER_ACTIONS.items()}}
+        return {role: names.resolve_topic(name, self.namespace) if self.namespace else name
+                for role, name in out.items()}
+
 
 TOPIC_KEYS = ("state_topic", "imu_topic", "ee_topic", "command_topic")
 """The per-profile topic overrides of `transport.dds` (DDS names for `unitree`, ROS 2 names for `ros2`)."""

@@ -7,7 +7,8 @@ like any other; `GripperCommander` turns the target's course into goals, binary 
 to close, one Grasp to the closed width (stopping on the object, which counts as grasped within the tolerances), when
 it turns to open, one Move to the open width (the joint's limits). Between turns no goal is sent: franka_gripper
 executes one goal at a time. `goal_message` / `read_goal` build and read the goal messages by their ROS field names
-in any binding (`GripperTypes`: the Cyclone DDS structs, rosbags', rclpy's). numpy only.
+in any binding (`GripperTypes`: the Cyclone DDS structs, rosbags', rclpy's). `split` takes the gripper's joint out of
+a command for the arm's controller. numpy only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from robo_rl.deploy.hardware import GripperConfig, HardwareSpec
+from robo_rl.deploy.robot import JointCommand
+from robo_rl.deploy.ros_messages import command_subset
 
 DEADBAND_M = 1e-5
 """A target change below this (m) is no change of course."""
@@ -68,12 +73,13 @@ class GripperCommander:
     to twice its upper limit); while it keeps its course, or stands still, nothing more is sent.
 
     Args:
-        config: the hardware file's gripper section (speed, force, tolerances).
+        config: the hardware file's gripper section (speed, force, tolerances, the joint's name).
         lower, upper: the gripper joint's limits (m): closed and open.
     """
 
     def __init__(self, config: GripperConfig, lower: float, upper: float):
         self.config = config
+        self.joint = config.joint
         self.closed_width = 2.0 * float(lower)
         self.open_width = 2.0 * float(upper)
         self.last_target: float | None = None
@@ -86,6 +92,15 @@ class GripperCommander:
             raise ValueError(f"hardware {hw.robot!r} has no gripper section")
         k = int(hw.index_of([hw.gripper.joint])[0])
         return cls(hw.gripper, hw.joint_lower[k], hw.joint_upper[k])
+
+    def split(self, command: JointCommand) -> tuple[GripperGoal | None, JointCommand]:
+        """(the goal the gripper joint's target in `command` calls for now, or None; `command` without that joint):
+        what a transport sends the gripper node and the arm's controller. A command without the joint: (None, it)."""
+        if self.joint not in command.joint_names:
+            return None, command
+        k = command.joint_names.index(self.joint)
+        keep = np.delete(np.arange(len(command.joint_names)), k)
+        return self.update(command.q[k]), command_subset(command, keep)
 
     def update(self, target: float) -> GripperGoal | None:
         """The goal the target `target` (m) calls for now, or None (also for a non-finite target)."""

@@ -323,21 +323,30 @@ class CommandEncoder:
         period: control period (s).
         velocity_limits: (J,) rad/s; joint_trajectory velocities are clipped to them (a rate-limited step can ask
             for more than the joint can do). None: not clipped.
+        joint_names: (J,) the joints of `velocity_limits`; a command for some of them (an arm's without the gripper
+            that franka_gripper moves) is clipped to its joints' limits. None: commands carry all J, in this order.
     """
 
     def __init__(self, types: MessageTypes, interface: str, period: float,
-                 velocity_limits: np.ndarray | None = None):
+                 velocity_limits: np.ndarray | None = None, joint_names: Sequence[str] | None = None):
         self.types = types
         self.interface = check_command_interface(interface)
         self.period = float(period)
         self.velocity_limits = None if velocity_limits is None else np.asarray(velocity_limits, dtype=np.float64)
+        self.joint_names = None if joint_names is None else tuple(joint_names)
         self._previous_q: np.ndarray | None = None
+
+    def _limits(self, names: Sequence[str]) -> np.ndarray:
+        if self.joint_names is None or tuple(names) == self.joint_names:
+            return self.velocity_limits
+        return self.velocity_limits[[self.joint_names.index(n) for n in names]]
 
     def __call__(self, cmd: JointCommand) -> Any:
         msg = encode_command(self.types, self.interface, cmd, self.period, previous_q=self._previous_q)
         if self.interface == "joint_trajectory" and self.velocity_limits is not None and cmd.setpoints is None:
             point = msg.points[0]
-            v = np.clip(np.asarray(point.velocities, dtype=np.float64), -self.velocity_limits, self.velocity_limits)
+            limits = self._limits(cmd.joint_names)
+            v = np.clip(np.asarray(point.velocities, dtype=np.float64), -limits, limits)
             point.velocities = self.types.float64_array(v)
         self._previous_q = np.array(cmd.q, dtype=np.float64) if np.any(cmd.kp) else None
         return msg

@@ -161,6 +161,20 @@ def needs_reported_ee(runtime: PolicyRuntime) -> bool:
     return observes_ee(runtime.policy) and runtime.ee_kinematics is None
 
 
+def control_path(robot: RobotInterface, hw: HardwareSpec, *, estimator: BaseVelocityEstimator | None = None,
+                 ee_kinematics: EndEffectorKinematics | None = None, dry_run: bool = False,
+                 warn: Callable[[str], None] | None = None) -> RobotInterface:
+    """The robot as a Controller drives it: commands as jerk-limited setpoints where the controller needs them
+    (`command_path`), states with the base-velocity estimate (`EstimatingRobot`) and the forward kinematics' ee_pos
+    (`KinematicRobot`) when given, commands kept instead of sent in a dry run (`DryRunRobot`)."""
+    target = command_path(robot, hw, 1.0 / hw.control_rate_hz)
+    if estimator is not None:
+        target = EstimatingRobot(target, estimator, warn=warn)
+    if ee_kinematics is not None:
+        target = KinematicRobot(target, ee_kinematics)
+    return DryRunRobot(target) if dry_run else target
+
+
 class DryRunRobot:
     """Passes the robot's state through and keeps the commands instead of sending them."""
 
@@ -337,12 +351,8 @@ class PolicyRuntime:
             raise ValueError("attach before configure: no policy loaded")
         hw = self.hw
         self.robot = robot
-        target = command_path(robot, hw, 1.0 / hw.control_rate_hz)  # jerk-limited setpoints, where they are needed
-        if self.estimator is not None:
-            target = EstimatingRobot(target, self.estimator, warn=self._warn)
-        if self.ee_kinematics is not None:
-            target = KinematicRobot(target, self.ee_kinematics)
-        target = DryRunRobot(target) if self.config.dry_run else target
+        target = control_path(robot, hw, estimator=self.estimator, ee_kinematics=self.ee_kinematics,
+                              dry_run=self.config.dry_run, warn=self._warn)
         c = Controller(target, hw, self.policy, default_pose(self.policy, hw), clock=self._clock,
                        realtime_priority=self.config.realtime_priority if self._clock is time.monotonic else 0)
         c.on_tick = self._on_tick

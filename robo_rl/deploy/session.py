@@ -213,6 +213,7 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
         if not runtime.config.dry_run:  # e.g. release a Go2's sport mode: once it answers, before the first command
             first = wait_for_fresh_state(robot, runtime.config.state_wait_s, runtime.hw.safety.state_timeout_s)
             check_reported_joints(first, runtime.hw)  # before anything is sent to the robot
+            runtime.wait_for_heartbeat(runtime.config.state_wait_s)  # an e-stop nobody can press: nothing is sent
             take_control(robot)
         runtime.activate(target)
         words: queue.Queue[str] = queue.Queue()

@@ -75,3 +75,39 @@ def test_keyboard_device_reads_a_real_terminal():
         finally:
             device.close()
     os.close(master)
+
+
+@pytest.mark.realtime  # the twin runs in its own process over DDS, in real time
+def test_teleop_over_dds_in_a_policys_terms_trains_bc(tmp_path, dds_domain, cli):
+    """`robo-rl record --teleop ... --transport dds --policy X.onnx` against `robo-rl twin`: the operator's targets are
+    executed as the policy's own actions, recorded with its observations (deploy --record's features), and BC for
+    that policy trains on the recording without conversion."""
+    from robo_rl.deploy.actions import ActionMap
+    from robo_rl.deploy.policy import OnnxPolicy
+    from tests.dds_support import relaxed_hardware, start_twin, stop_process
+
+    hardware = relaxed_hardware(tmp_path, "panda")
+    twin = start_twin(hardware, dds_domain, log=tmp_path / "twin.log")
+    script = [TeleopInput(np.array([1.0, 0, 0]))] * 40 + [TeleopInput(np.zeros(3), end_episode=True)] \
+        + [TeleopInput(np.array([0, 0, -1.0]))] * 40
+    feed = iter(script + [TeleopInput(np.zeros(3))] * 1000)
+    try:
+        report = record_teleop(hardware, str(tmp_path / "teleop"), lambda: next(feed), max_ticks=81, transport="dds",
+                               domain_id=dds_domain, policy=str(REPO / "policies" / "panda_reach.onnx"))
+    finally:
+        stop_process(twin)
+    assert report["episodes"] == 2 and report["dropped"] == 0, report
+    reader = DatasetReader(tmp_path / "teleop")
+    assert {"observation.policy", "action", "command.joint_position"} <= set(reader.features)
+    assert reader.features["observation.policy"]["shape"] == [27] and reader.features["action"]["shape"] == [7]
+    ep = reader.episode(0)
+    assert ep["action"].shape == (41, 7) and np.abs(ep["action"]).max() > 0.05  # the hand moved: actions non-zero
+    # the recorded actions are the ones executed: the policy's action terms give the recorded joint targets
+    contract = OnnxPolicy(REPO / "policies" / "panda_reach.onnx").contract
+    actions = ActionMap(contract)
+    for t in (5, 20, 40):  # panda.yaml's joints are the contract's, in its order
+        targets = actions(ep["action"][t], ep["observation.state"][t])
+        np.testing.assert_allclose(targets, ep["command.joint_position"][t], atol=1e-5)
+    bc = cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(tmp_path / "teleop"), "--max-iterations",
+             "2", "--set", f"runner.log_dir={tmp_path / 'runs'}", "--set", "runner.eval_episodes=0", "--run-name", "bc")
+    assert bc.returncode == 0, bc.stderr[-2000:]

@@ -380,6 +380,68 @@ def test_deploy_refuses_to_start_while_the_go2_keeps_its_sport_mode(dds_domain, 
     assert "twin stopped: 0 commands applied, 0 rejected" in (tmp_path / "twin.log").read_text()
 
 
+def test_deploy_refuses_to_start_without_an_estop_heartbeat(dds_domain, tmp_path):
+    """`--estop-timeout`: an e-stop topic nobody publishes on is an e-stop nobody can press: one line, exit 2, no
+    command sent."""
+    hardware = relaxed_hardware(tmp_path, "panda")
+    twin = start_twin(hardware, dds_domain, log=tmp_path / "twin.log")
+    try:
+        refused = run_cli("deploy", "--policy", "policies/panda_reach.onnx", "--robot", hardware, "--transport", "dds",
+                          "--domain-id", str(dds_domain), "--estop-timeout", "0.5", timeout=120)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert refused.stderr.strip().splitlines()[-1] == (
+            "robo-rl: no e-stop heartbeat: nothing received on estop (publish std_msgs/Bool false at least every "
+            "0.25 s); refusing to activate")
+    finally:
+        stop_process(twin)
+    assert "twin stopped: 0 commands applied" in (tmp_path / "twin.log").read_text()
+
+
+def test_estop_heartbeat_over_dds_lets_the_robot_start_and_its_loss_latches_estop(dds_domain, tmp_path):
+    """Every e-stop message over DDS (false ones too) is a heartbeat: activate waits for one; when they stop for
+    longer than the deadline the control loop latches ESTOP and damps."""
+    hardware = relaxed_hardware(tmp_path, "panda")
+    config = RuntimeConfig(policy_path=str(REPO / "policies" / "panda_reach.onnx"), hardware_config=hardware,
+                           command_interface="pd_targets", state_wait_s=30.0, estop_timeout_s=0.5)
+    runtime = PolicyRuntime(config, log=lambda line: None)
+    runtime.configure()
+    settings = DdsSettings.from_hardware(runtime.hw, command_interface="pd_targets")
+    twin = start_twin(hardware, dds_domain, "--rate", "200", log=tmp_path / "twin.log")
+    endpoint, probe = DdsEndpoint(dds_domain), Probe(dds_domain)
+    robot = DdsRobot(runtime.hw, settings, control_dt=0.02, endpoint=endpoint, needs_ee=True)
+    DdsOperatorLink(endpoint, settings, runtime)
+    beating, stop = threading.Event(), threading.Event()
+    beating.set()
+
+    def beat():  # the operator's e-stop node: false at 20 Hz while `beating`
+        while not stop.is_set():
+            if beating.is_set():
+                probe.estop(False)
+            time.sleep(0.05)
+
+    beats = threading.Thread(target=beat, daemon=True)
+    beats.start()
+    try:
+        runtime.activate(robot)
+        wait_until(lambda: runtime.controller.mode is Mode.READY, 10.0, "READY")
+        assert runtime.heartbeat.beats > 0 and runtime.diagnostics()[2]["estop_heartbeat"] == "ok"
+        beating.clear()
+        wait_until(lambda: runtime.controller.mode is Mode.ESTOP, 2.0, "ESTOP after the heartbeat stopped")
+        assert runtime.controller.state_machine.transitions[-1].reason == "estop_heartbeat"
+        ok, line = runtime.reset_estop()
+        assert not ok and "e-stop heartbeat lost" in line  # no release while the e-stop is still gone
+        beating.set()
+        wait_until(lambda: runtime.reset_estop()[0], 2.0, "reset_estop once the heartbeat is back")
+    finally:
+        stop.set()
+        beats.join()
+        runtime.cleanup()
+        robot.close()
+        probe.close()
+        endpoint.close()
+        stop_process(twin)
+
+
 def test_cli_refuses_bad_dds_input(dds_domain):
     bad = run_cli("twin", "--robot", "hardware/panda.yaml", "--transport", "sim", timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == "robo-rl: --transport 'sim': the twin is served over dds only"

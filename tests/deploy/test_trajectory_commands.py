@@ -61,6 +61,15 @@ def test_velocities_are_clipped_to_the_joint_limits():
     np.testing.assert_allclose(v, [1.0, -1.0, 0.5])
 
 
+def test_a_command_for_some_joints_is_clipped_to_their_own_limits():
+    """An arm's command without the gripper joint (franka_gripper moves that one) against the robot's limits."""
+    encode = rm.CommandEncoder(TYPES, "joint_trajectory", PERIOD, velocity_limits=np.array([1.0, 2.0, 0.1, 3.0]),
+                               joint_names=("j0", "j1", "finger", "j2"))
+    encode(command([0.0, 0.0, 0.0]))
+    _, v, _ = point(encode(command([0.2, -0.2, 0.2])))
+    np.testing.assert_allclose(v, [1.0, -2.0, 3.0])
+
+
 def test_other_interfaces_are_unchanged():
     cmd = command([0.1, 0.2, 0.3])
     encode = rm.CommandEncoder(TYPES, "forward_position", PERIOD)

@@ -27,7 +27,10 @@ MESSAGES = {
     "lifecycle_msgs.msg": ["State"],
     "rcl_interfaces.msg": ["ParameterDescriptor"],
     "unitree_go.msg": ["LowCmd", "MotorCmd", "BmsCmd", "LowState", "IMUState", "MotorState", "BmsState"],
+    "franka_msgs.msg": ["GraspEpsilon"],
 }
+ACTIONS = {"franka_msgs.action": ["Move", "Grasp"]}
+"""Action types: a class whose `Goal` is a message class (rclpy generates Goal, Result and Feedback)."""
 
 
 class Message:
@@ -55,6 +58,7 @@ class Ros:
         self.overrides: dict[str, object] = {}  # parameter values set "by the launch"
         self.nodes: list = []
         self.spin_hook = None  # called by every executor.spin_once
+        self.action_servers_ready = True  # what every ActionClient.server_is_ready answers
 
     def record(self, line: str) -> None:
         with self.lock:
@@ -100,6 +104,33 @@ class Subscription:
     def __init__(self, cls, topic, callback, qos, callback_group=None, raw=False):
         self.msg_type, self.topic, self.callback, self.qos = cls, topic, callback, qos
         self.callback_group, self.raw = callback_group, raw
+
+
+class ActionClient:
+    """rclpy.action.ActionClient: goals sent are kept (`goals`); the server is there while ROS.action_servers_ready."""
+
+    def __init__(self, node, action_type, action_name, callback_group=None, **kw):
+        self.node, self.action_type, self.action_name, self.callback_group = node, action_type, action_name, \
+            callback_group
+        self.goals: list = []
+        node.action_clients.append(self)
+
+    def server_is_ready(self) -> bool:
+        return ROS.action_servers_ready
+
+    def wait_for_server(self, timeout_sec=None) -> bool:
+        return ROS.action_servers_ready
+
+    def send_goal_async(self, goal, feedback_callback=None):
+        if not ROS.ok:
+            raise RuntimeError(f"send_goal on {self.action_name} after rclpy was shut down")
+        self.goals.append(goal)
+        ROS.record(f"send_goal {self.action_name}")
+        return types.SimpleNamespace(done=lambda: False)
+
+    def destroy(self) -> None:
+        self.node.action_clients.remove(self)
+        ROS.record(f"destroy action client {self.action_name}")
 
 
 class Service:
@@ -150,6 +181,7 @@ class Node:
         self.subscriptions: list[Subscription] = []
         self.services: list[Service] = []
         self.timers: list[Timer] = []
+        self.action_clients: list[ActionClient] = []
         self.logger = Logger()
         self.destroyed = False
         ROS.nodes.append(self)
@@ -341,10 +373,13 @@ def modules() -> dict[str, types.ModuleType]:
     module("rclpy.callback_groups", ReentrantCallbackGroup=ReentrantCallbackGroup,
            MutuallyExclusiveCallbackGroup=MutuallyExclusiveCallbackGroup)
     module("rclpy.node", Node=Node)
+    module("rclpy.action", ActionClient=ActionClient)
     module("rclpy.lifecycle", Node=LifecycleNode, TransitionCallbackReturn=TransitionCallbackReturn)
     module("std_srvs.srv", Trigger=type("Trigger", (), {}))
     for package, names in MESSAGES.items():
         module(package, **{n: message_class(package, n) for n in names})
+    for package, names in ACTIONS.items():
+        module(package, **{n: type(n, (), {"Goal": message_class(package, f"{n}_Goal")}) for n in names})
     out["rcl_interfaces.msg"].SetParametersResult = SetParametersResult
     for name in list(out):  # parent packages
         parts = name.split(".")

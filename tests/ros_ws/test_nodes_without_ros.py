@@ -119,6 +119,59 @@ def test_a_configure_failure_is_one_line_and_makes_nothing(ros, tmp_path):
     assert live(node) == before and node.runtime is None
 
 
+def test_franka_hand_goes_through_franka_gripper_actions(ros):
+    """panda_gripper.yaml on the ROS 2 path: the hand's own joint_states join the arm's; the finger's target becomes
+    Move / Grasp goals on franka_gripper's actions, one per change of course; the arm's controller gets the seven arm
+    joints only; with no action server the goal is counted and said once and the arm goes on; close destroys all."""
+    fake_ros._init()
+    from rclpy.node import Node
+    from robo_rl_ros.messages import message_types
+    from robo_rl_ros.ros_robot import RosRobot
+
+    from robo_rl.deploy.dds_settings import for_ros_node
+    from robo_rl.deploy.robot import JointCommand
+
+    hw = load_hardware(REPO / "hardware" / "panda_gripper.yaml")
+    node = Node(names.POLICY_NODE)
+    robot = RosRobot(node, hw, for_ros_node(hw, None), control_dt=0.02, needs_ee=False)
+    move, grasp = ("panda_gripper/move", "panda_gripper/grasp")
+    assert [c.action_name for c in node.action_clients] == [move, grasp]
+    arm = tuple(j for j in hw.joint_names if j != hw.gripper.joint)
+    types, now = message_types(), time.time()
+    ros.deliver(robot.state_topic, rm.joint_state_message(types, arm, np.zeros(7), np.zeros(7), None, now))
+    with pytest.raises(RuntimeError):
+        robot.read_state()  # the finger is not reported yet: no state
+    assert ros.deliver("panda_gripper/joint_states", rm.joint_state_message(
+        types, ("panda_finger_joint1", "panda_finger_joint2"), np.full(2, 0.03), np.zeros(2), None, now)) == 1
+    state = robot.read_state()
+    assert state.q[state.joint_names.index(hw.gripper.joint)] == pytest.approx(0.03)
+
+    n = len(hw.joint_names)
+
+    def command(finger: float) -> JointCommand:
+        q = np.append(np.zeros(7), finger)
+        return JointCommand(hw.joint_names, q, np.zeros(n), hw.kp.copy(), hw.kd.copy(), np.zeros(n))
+
+    for finger in (0.03, 0.025, 0.02, 0.015, 0.02, 0.03):  # closes, keeps closing, then opens
+        robot.send_command(command(finger))
+    clients = {c.action_name: c for c in node.action_clients}
+    assert len(clients[grasp].goals) == 1 and len(clients[move].goals) == 1  # one goal per change of course
+    g = clients[grasp].goals[0]
+    assert (g.width, g.force, g.epsilon.inner) == (0.0, hw.gripper.force, hw.gripper.epsilon_inner)
+    assert clients[move].goals[0].width == pytest.approx(0.08)  # open: twice the finger's upper limit
+    published = ros.publishers(robot.command_topic)[0].published
+    assert len(published) == 6 and all(tuple(m.joint_names) == arm for m in published)  # the arm's 7 joints only
+
+    ros.action_servers_ready = False  # franka_gripper is not running
+    for finger in (0.02, 0.01):
+        robot.send_command(command(finger))
+    assert robot.gripper.unsent == 1 and len(clients[grasp].goals) == 1 and len(published) == 8
+    assert [line for level, line in node.logger.lines if level == "error"] == [
+        "franka_gripper's panda_gripper/grasp action server is not available: grasp goal not sent"]
+    robot.close()
+    assert node.action_clients == [] and node.subscriptions == [] and node.publishers == []
+
+
 def test_go2_unitree_profile_reads_lowstate_and_sends_lowcmd_with_crc(ros):
     pytest.importorskip("cyclonedds", reason="the unitree profile needs cyclonedds (the dds extra)")
     from robo_rl.deploy.transports.dds import dds_types as dt

@@ -79,6 +79,8 @@ def test_package_xml_is_format_3_with_every_ros_dependency():
     assert "robo_rl" not in exec_deps  # not a rosdep key: pip, into the venv (docs/deploy.md)
     (unitree,) = [e for e in root.findall("exec_depend") if e.text == "unitree_go"]
     assert unitree.get("condition") == "$ROBO_RL_UNITREE == 1"  # unitree_ros2 is built from source, on request
+    (franka,) = [e for e in root.findall("exec_depend") if e.text == "franka_msgs"]
+    assert franka.get("condition") == "$ROBO_RL_FRANKA == 1"  # franka_ros2: for a Franka Hand only
 
 
 def test_setup_installs_nodes_where_ros2_run_finds_them():

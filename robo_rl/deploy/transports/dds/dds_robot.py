@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.dds_settings import DdsSettings
@@ -56,7 +54,8 @@ class DdsRobot:
         self._own_endpoint = endpoint is None
         self.endpoint = endpoint or DdsEndpoint(domain_id)
         self.types = dt.dds_message_types()
-        self._encode = rm.CommandEncoder(self.types, settings.command_interface, control_dt, hw.velocity_limits)
+        self._encode = rm.CommandEncoder(self.types, settings.command_interface, control_dt, hw.velocity_limits,
+                                         hw.joint_names)
         legged = hw.kind == "legged"
         self.state = rm.StateAssembler(hw, needs_imu=legged, needs_ee=needs_ee and settings.profile == "ros2")
         self.sent = 0
@@ -89,7 +88,6 @@ class DdsRobot:
         self._gripper_writers: dict[str, Any] = {}
         if hw.gripper is not None and settings.profile == "ros2":
             self.gripper = GripperCommander.for_hardware(hw)
-            self._gripper_joint = int(hw.index_of([hw.gripper.joint])[0])
             state = ep.latest_reader(settings.gripper_topic("state"), dt.JointState, names.SENSOR_QOS)
             self._readers.append((state, self.state.on_gripper_state))
             for kind, struct in (("move", dt.Move_Goal), ("grasp", dt.Grasp_Goal)):
@@ -136,15 +134,11 @@ class DdsRobot:
 
     def _send_gripper(self, command: JointCommand) -> JointCommand:
         """Send the gripper the goal its joint's target calls for (if any); the command without that joint."""
-        names_, joint = command.joint_names, self.hw.joint_names[self._gripper_joint]
-        if joint not in names_:
-            return command
-        k = names_.index(joint)
-        goal = self.gripper.update(command.q[k])
+        goal, arm = self.gripper.split(command)
         if goal is not None:
             self._gripper_writers[goal.kind].write(goal_message(dt.gripper_message_types(), goal))
             self.gripper_goals.append(goal)
-        return rm.command_subset(command, np.delete(np.arange(len(names_)), k))
+        return arm
 
     def take_control(self) -> None:
         """unitree profile: release the onboard sport-mode controller (transport.dds.sport_mode); ValueError

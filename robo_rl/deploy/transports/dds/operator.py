@@ -19,7 +19,7 @@ from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint
 class OperatorHandler:
     """What the operator link calls (PolicyRuntime implements it)."""
 
-    def estop(self) -> None: ...
+    def estop_message(self, pressed: bool, received: float | None = None) -> None: ...
 
     def request(self, word: str) -> None: ...
 
@@ -32,8 +32,9 @@ class DdsOperatorLink:
     """The operator's topics over DDS: e-stop, operator requests, cmd_vel, target_pose in; diagnostics,
     episode events, observation and action out (names from ros_interface, resolved in the namespace).
 
-    The e-stop is handled at once on the listener thread; operator words are queued for the caller
-    (`requests()`), because some (reset) take seconds.
+    Every e-stop message is handed over at once on the listener thread (True latches ESTOP; with an e-stop deadline
+    each one, either value, is also a heartbeat); operator words are queued for the caller (`requests()`), because
+    some (reset) take seconds.
     """
 
     def __init__(self, endpoint: DdsEndpoint, settings: DdsSettings, handler: OperatorHandler):
@@ -55,8 +56,7 @@ class DdsOperatorLink:
         self._action = endpoint.writer(t(names.ACTION), dt.Float64MultiArray, names.ACTION.qos)
 
     def _on_estop(self, msg: dt.Bool, received: float) -> None:
-        if msg.data:
-            self.handler.estop()
+        self.handler.estop_message(bool(msg.data), received)
 
     def _on_operator(self, msg: dt.String, received: float) -> None:
         with self._lock:

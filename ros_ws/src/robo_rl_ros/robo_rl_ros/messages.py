@@ -82,6 +82,18 @@ def unitree_classes() -> dict:
     return {name: getattr(unitree_go, name) for name in MESSAGE_NAMES}
 
 
+def franka_gripper_classes() -> dict:
+    """franka_ros2's franka_msgs action and message classes by name ("Move", "Grasp", "GraspEpsilon"): a hardware file
+    with a `gripper` (franka_gripper) section needs that package built or installed."""
+    try:
+        from franka_msgs.action import Grasp, Move
+        from franka_msgs.msg import GraspEpsilon
+    except ImportError:
+        raise ValueError("the hardware file's gripper (franka_gripper) needs franka_ros2's franka_msgs package: build "
+                         "it in this workspace (docs/deploy.md, ROS 2)") from None
+    return {"Move": Move, "Grasp": Grasp, "GraspEpsilon": GraspEpsilon}
+
+
 def run_node(name: str, make_node: Callable[[], object], close: Callable[[object], object], args=None,
              poll_s: float = 0.1) -> int:
     """Run one node until SIGINT / SIGTERM: returns the exit code (0; 2 when the node refuses its input).

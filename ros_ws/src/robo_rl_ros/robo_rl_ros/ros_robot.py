@@ -1,4 +1,5 @@
-"""RosRobot: the deploy core's RobotInterface over rclpy subscriptions and one command publisher."""
+"""RosRobot: the deploy core's RobotInterface over rclpy subscriptions and one command publisher (and, for a Franka
+Hand, franka_gripper's actions: RosGripper)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,57 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.dds_settings import DdsSettings
+from robo_rl.deploy.gripper import GripperCommander, GripperGoal, GripperTypes, goal_message
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.robot import JointCommand, RobotState
-from robo_rl_ros.messages import CLASSES, message_types, qos, unitree_classes
+from robo_rl_ros.messages import CLASSES, franka_gripper_classes, message_types, qos, unitree_classes
+
+
+class RosGripper:
+    """The Franka Hand through franka_gripper's actions (hardware `gripper`): the policy's target for the finger joint
+    becomes Move / Grasp goals (GripperCommander: one goal per change of course), sent without waiting for results
+    (franka_gripper runs one goal at a time; a new one preempts the old); the hand's joint_states join the arm's state.
+
+    A goal that finds no action server is not sent: it is counted (`unsent`) and said once, and the next change of
+    course tries again; the arm keeps running (the policy's gripper is not the arm's safety).
+    """
+
+    def __init__(self, node, hw: HardwareSpec, settings: DdsSettings, state: rm.StateAssembler, group):
+        from rclpy.action import ActionClient
+
+        classes = franka_gripper_classes()
+        self.node = node
+        self.commander = GripperCommander.for_hardware(hw)
+        self.types = GripperTypes(Move_Goal=classes["Move"].Goal, Grasp_Goal=classes["Grasp"].Goal,
+                                  GraspEpsilon=classes["GraspEpsilon"])
+        self.names = settings.gripper_ros_names()
+        self.clients = {kind: ActionClient(node, classes[kind.capitalize()], self.names[kind], callback_group=group)
+                        for kind in ("move", "grasp")}
+        self.sub = node.create_subscription(CLASSES[names.JOINT_STATE], self.names["state"], state.on_gripper_state,
+                                            qos(names.SENSOR_QOS), callback_group=group)
+        self.sent: list[GripperGoal] = []
+        self.unsent = 0
+
+    def split(self, command: JointCommand) -> JointCommand:
+        """Send the goal the finger's target calls for (if any); returns the arm's command (without the finger)."""
+        goal, arm = self.commander.split(command)
+        if goal is not None:
+            client = self.clients[goal.kind]
+            if client.server_is_ready():
+                client.send_goal_async(goal_message(self.types, goal))
+                self.sent.append(goal)
+            else:
+                self.unsent += 1
+                if self.unsent == 1:
+                    self.node.get_logger().error(f"franka_gripper's {self.names[goal.kind]} action server is not "
+                                                 f"available: {goal.kind} goal not sent")
+        return arm
+
+    def destroy(self) -> None:
+        for client in self.clients.values():
+            client.destroy()
+        self.node.destroy_subscription(self.sub)
+        self.clients = {}
 
 
 class RosRobot:
@@ -42,6 +91,7 @@ class RosRobot:
         self.state_topic, self.command_topic = self.topics["joints"], self.topics["command"]
         self.released_mode = ""
         self._switcher = self._endpoint = None
+        self.gripper: RosGripper | None = None
         group = ReentrantCallbackGroup()
         sensor = qos(names.SENSOR_QOS)
         sub = node.create_subscription
@@ -58,6 +108,9 @@ class RosRobot:
                               callback_group=group)]
             self._pub = node.create_publisher(self._classes["LowCmd"], self.command_topic, qos(names.COMMAND_QOS))
             return
+        # first: without franka_msgs it refuses (one line) before anything else is made
+        self.gripper = RosGripper(node, hw, settings, self.state, group) if hw.gripper is not None else None
+        self.state.needs_gripper = self.gripper is not None
         self._subs = [sub(CLASSES[names.JOINT_STATE], self.state_topic, self.state.on_joint_state, sensor,
                           callback_group=group)]
         if self.state.needs_imu:
@@ -67,7 +120,8 @@ class RosRobot:
             self._subs.append(sub(CLASSES[names.POINT_STAMPED], self.topics["ee"], self.state.on_ee_position, sensor,
                                   callback_group=group))
         spec = names.COMMAND_TOPICS[settings.command_interface]
-        self._encode = rm.CommandEncoder(message_types(), settings.command_interface, control_dt, hw.velocity_limits)
+        self._encode = rm.CommandEncoder(message_types(), settings.command_interface, control_dt, hw.velocity_limits,
+                                         hw.joint_names)
         self._pub = node.create_publisher(CLASSES[spec.ros_type], self.command_topic, qos(spec.qos))
 
     def __str__(self) -> str:
@@ -84,6 +138,8 @@ class RosRobot:
         if self.profile == "unitree":
             self._pub.publish(self._unitree.low_cmd_to_ros(command, self.hw, self._classes))
         else:
+            if self.gripper is not None:
+                command = self.gripper.split(command)
             self._pub.publish(self._encode(command))
 
     def take_control(self) -> None:
@@ -124,6 +180,9 @@ class RosRobot:
         if self._endpoint is not None:
             self._endpoint.close()
         self._switcher = self._endpoint = None
+        if self.gripper is not None:
+            self.gripper.destroy()
+            self.gripper = None
         for sub in self._subs:
             self.node.destroy_subscription(sub)
         if self._pub is not None:

@@ -38,7 +38,9 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--robot", required=True, metavar="hardware/Y.yaml")
     tr.add_argument("--policy", required=True, metavar="policies/X.onnx",
                     help="template: its contract fixes the observations, the actions and the control rate")
-    tr.add_argument("--transport", default="sim", help="sim (the MuJoCo twin, in real time) or dds")
+    tr.add_argument("--transport", default="sim",
+                    help="sim (the MuJoCo twin, in real time), dds, or ros2 (the robot's ROS 2 topics; a sourced ROS 2 "
+                         "workspace)")
     tr.add_argument("--algo", default="sac", choices=("sac", "rlpd"), help="rlpd: SAC with --dataset demonstrations")
     tr.add_argument("--role", default="both", choices=("both", "actor", "learner"))
     tr.add_argument("--takeover", choices=("keyboard", "gamepad", "spacemouse"),
@@ -132,7 +134,7 @@ def _check_actor(args: argparse.Namespace) -> None:
                         f"{', '.join(RESET_MODULES)}")
     try:
         transport(args.transport)
-    except (ValueError, ImportError) as exc:
+    except ValueError as exc:
         raise UserError(f"train-real: --transport: {exc}") from None
 
 

@@ -7,6 +7,11 @@ each stream into one frame (the resampling a bag import does: hold the last valu
 name. Episodes follow the policy node's `~/episode_events` (JSON with "kind": start, then success,
 failure or reset end it); with `use_events=False` one episode runs from the first complete frame to
 `close()`. Frames start once every stream (joint state, command, each camera) has a first message.
+
+Given the deployed policy's sizes (`policy`), the policy node's `~/policy_step` (its observation and raw actions of
+the same tick, one message) is a stream too: frames then carry `observation.policy`, `action` (raw) and the command's
+targets as `command.joint_position` — the features `deploy --record` and `robo-rl record` write, so BC trains on a
+ROS recording without conversion.
 """
 
 from __future__ import annotations
@@ -69,11 +74,14 @@ class TopicRecorder:
         cameras: camera names, as in the features (`observation.images.<name>`).
         task: the task string of every episode.
         use_events: follow episode events (else one episode from the first frame).
+        policy: (observation size O, action size A) of the policy whose `~/policy_step` is recorded, or None.
     """
 
     def __init__(self, writer: DatasetWriter, hw: Any, command_interface: str, cameras: Sequence[str] = (), *,
-                 task: str = "demonstration", use_events: bool = True):
+                 task: str = "demonstration", use_events: bool = True, policy: tuple[int, int] | None = None):
         self.writer, self.hw, self.interface, self.task = writer, hw, command_interface, task
+        self.policy = policy
+        self._step: tuple[np.ndarray, np.ndarray] | None = None  # (O,), (A,) of the newest policy step
         self.cameras = list(cameras)
         self.use_events = use_events
         self.recording = not use_events
@@ -82,7 +90,8 @@ class TopicRecorder:
         self._dq: np.ndarray | None = None
         self._target: np.ndarray | None = None
         self._images: dict[str, np.ndarray] = {}
-        self.frames = self.dropped = self.episodes = 0
+        self.frames = self.dropped = self.episodes = self.rejected = 0
+        self.last_error = ""
         self._open = False  # frames added since the last end_episode
 
     # ------------------------------------------------------------------ callbacks (any thread)
@@ -103,6 +112,21 @@ class TopicRecorder:
         command = rm.decode_command(msg, self.interface, self.hw)  # robot joint order
         with self._lock:
             self._target = np.asarray(command.q, dtype=np.float64).copy()
+
+    def on_policy_step(self, msg: Any) -> bool:
+        """The policy node's ~/policy_step; False for one of other sizes than `policy`'s (another policy's): counted
+        in `rejected`, its reason kept in `last_error`, never raised into the executor."""
+        if self.policy is None:
+            return False
+        try:
+            step = rm.read_policy_step(msg, *self.policy)
+        except ValueError as exc:
+            self.rejected += 1
+            self.last_error = str(exc)
+            return False
+        with self._lock:
+            self._step = step
+        return True
 
     def on_image(self, camera: str, rgb: np.ndarray) -> None:
         with self._lock:
@@ -128,11 +152,16 @@ class TopicRecorder:
         if not self.recording:
             return False
         with self._lock:
-            if self._q is None or self._target is None or any(c not in self._images for c in self.cameras):
+            if self._q is None or self._target is None or any(c not in self._images for c in self.cameras) or (
+                    self.policy is not None and self._step is None):
                 return False
             frame = {"observation.state": self._q.copy(), "observation.velocity": self._dq.copy(),
-                     "action": self._target.copy(),
                      **{f"observation.images.{c}": self._images[c] for c in self.cameras}}
+            if self.policy is None:
+                frame["action"] = self._target.copy()
+            else:
+                frame.update({"observation.policy": self._step[0], "action": self._step[1],
+                              "command.joint_position": self._target.copy()})
         if self.writer.add_frame(frame, task=self.task, block=False):
             self.frames += 1
             self._open = True
@@ -151,4 +180,5 @@ class TopicRecorder:
         self.writer.close()
 
     def report(self) -> dict[str, int]:
-        return {"frames": self.frames, "dropped": self.dropped, "episodes": self.episodes}
+        out = {"frames": self.frames, "dropped": self.dropped, "episodes": self.episodes}
+        return {**out, "rejected": self.rejected} if self.rejected else out

@@ -177,6 +177,9 @@ OBSERVATION = TopicSpec("~/observation", FLOAT32_MULTI_ARRAY, SENSOR_QOS)
 """The policy input of each POLICY tick (contract order)."""
 ACTION = TopicSpec("~/action", FLOAT64_MULTI_ARRAY, SENSOR_QOS)
 """The filtered command of each POLICY tick: pd_targets layout, robot joint order."""
+POLICY_STEP = TopicSpec("~/policy_step", FLOAT32_MULTI_ARRAY, SENSOR_QOS)
+"""The policy's observation (O,) and raw actions (A,) of each POLICY tick in one message (O + A values, one dimension
+labelled "obs+action"; split by the contract's O): what a recorder pairs as `observation.policy` and `action`."""
 EPISODE_EVENTS = TopicSpec("~/episode_events", STRING, EVENT_QOS)
 """One JSON object per episode event (start, success, failure, reset, intervention)."""
 

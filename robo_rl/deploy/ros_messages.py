@@ -227,6 +227,28 @@ def multi_array_message(types: MessageTypes, values: np.ndarray, labels: Sequenc
     return types.Float64MultiArray(layout=layout, data=types.float64_array(arr.reshape(-1)))
 
 
+POLICY_STEP_LABEL = "obs+action"
+"""The one dimension's label of a ~/policy_step message."""
+
+
+def policy_step_message(types: MessageTypes, observation: np.ndarray, action: np.ndarray) -> Any:
+    """~/policy_step: Float32MultiArray of the observation (O,) followed by the raw actions (A,)."""
+    values = np.concatenate([np.asarray(observation, np.float32).reshape(-1),
+                             np.asarray(action, np.float32).reshape(-1)])
+    return multi_array_message(types, values, (POLICY_STEP_LABEL,), float32=True)
+
+
+def read_policy_step(msg: Any, obs_dim: int, action_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(observation (O,), raw actions (A,)) float32 of a ~/policy_step message; ValueError (one line) when it is not
+    one of O + A values (another policy's)."""
+    labels, values = read_multi_array(msg)
+    if labels not in ((), (POLICY_STEP_LABEL,)) or values.size != obs_dim + action_dim:
+        raise ValueError(f"policy_step of {values.size} values {labels}: expected {obs_dim} observation + "
+                         f"{action_dim} action values (another policy than the recorder's?)")
+    values = values.astype(np.float32)
+    return values[:obs_dim], values[obs_dim:]
+
+
 def read_multi_array(msg: Any) -> tuple[tuple[str, ...], np.ndarray]:
     """(dim labels, data reshaped to the layout's sizes) of a Float64/Float32MultiArray.
 

@@ -241,15 +241,15 @@ class PolicyRuntime:
     Args:
         config: the node's parameters.
         on_event: receives every EpisodeEvent (publish on ~/episode_events); control thread: be quick.
-        on_record: receives (observation (O,) or None, filtered command) every POLICY tick (~/observation,
-            ~/action); control thread: be quick.
+        on_record: receives (observation (O,) or None, raw actions (A,), filtered command) every POLICY tick
+            (~/observation, ~/policy_step, ~/action); control thread: be quick.
         log: receives one line per operator action result and per problem (default: print).
         warn: receives warning lines (loading, the controller's); default: `log`.
         clock: monotonic time source (s), shared with the Controller.
     """
 
     def __init__(self, config: RuntimeConfig, *, on_event: Callable[[EpisodeEvent], None] | None = None,
-                 on_record: Callable[[np.ndarray | None, JointCommand], None] | None = None,
+                 on_record: Callable[[np.ndarray | None, np.ndarray, JointCommand], None] | None = None,
                  log: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         config.validate()
@@ -362,7 +362,7 @@ class PolicyRuntime:
         return c
 
     def subscribe(self, *, on_event: Callable[[EpisodeEvent], None] | None = None,
-                  on_record: Callable[[np.ndarray | None, JointCommand], None] | None = None) -> None:
+                  on_record: Callable[[np.ndarray | None, np.ndarray, JointCommand], None] | None = None) -> None:
         """Add a receiver of episode events and / or of the per-POLICY-tick record (see the class docstring)."""
         if on_event is not None:
             self._event_sinks.append(on_event)
@@ -526,7 +526,7 @@ class PolicyRuntime:
         mode = c.mode
         if mode is Mode.POLICY:
             for sink in self._record_sinks:
-                sink(self.policy.last_obs, command)
+                sink(self.policy.last_obs, self.policy.last_action, command)
         with self._episode_lock:
             tracker = self.tracker
             if not tracker.active:

@@ -59,11 +59,19 @@ def transport_names() -> tuple[str, ...]:
     return builtin + tuple(n for n in TRANSPORTS.names() if n not in builtin)
 
 
+class TransportUnavailable(ValueError):
+    """A built-in transport whose optional dependency is not installed here (cyclonedds, mujoco, rclpy)."""
+
+
 def transport(name: str) -> Transport:
     """The transport registered as `name`, importing its built-in module first if needed (its optional
-    dependencies load only now); ValueError (one line, listing the choices) for an unknown name."""
+    dependencies load only now); ValueError (one line, listing the choices) for an unknown name,
+    TransportUnavailable (one line) for a built-in one whose dependency is missing."""
     if name not in TRANSPORTS and name in builtin_transport_names():
-        importlib.import_module(f"{builtin_transports.__name__}.{name}")  # registers it (needs mujoco / cyclonedds)
+        try:
+            importlib.import_module(f"{builtin_transports.__name__}.{name}")  # registers it (mujoco, cyclonedds, rclpy)
+        except ImportError as exc:
+            raise TransportUnavailable(f"transport {name!r} cannot be used here: {exc}") from None
     if name not in TRANSPORTS:
         raise ValueError(f"transport {name!r} is not available; choose from: {', '.join(transport_names())}")
     return TRANSPORTS.get(name)
@@ -75,7 +83,7 @@ def available_transports() -> dict[str, Transport]:
     for name in transport_names():
         try:
             found[name] = transport(name)
-        except ImportError:  # its optional dependency (cyclonedds, mujoco) is not installed
+        except TransportUnavailable:  # its optional dependency (cyclonedds, mujoco, rclpy) is not installed
             continue
     return found
 

@@ -87,3 +87,33 @@ def test_camera_names_come_from_the_whole_topic_path_and_never_collide():
                                          r"the camera name 'cam'; record one stream per camera"):
         camera_names(["/cam/image_raw", "/cam/image_raw/compressed"])
     assert split_topics("") == []
+
+
+def test_with_the_policy_its_steps_are_recorded_and_bc_trains_on_them(tmp_path, cli):
+    """`policy_path` set: the policy node's ~/policy_step (observation + raw actions of one tick) becomes
+    observation.policy and action, the command's targets command.joint_position: deploy --record's features."""
+    obs_dim, action_dim = 27, 7  # policies/panda_reach.onnx, the arm-reach task's sizes
+    names = [f"obs_{i}" for i in range(obs_dim)]
+    writer = DatasetWriter(tmp_path / "ros", fps=50,
+                           features=robot_features(PANDA.joint_names, {}, 50, (names, action_dim)))
+    rec = TopicRecorder(writer, PANDA, "pd_targets", use_events=False, policy=(obs_dim, action_dim))
+    q = np.linspace(-1, 1, 7)
+    rec.on_joint_state(joint_state(q, list(range(7))))
+    rec.on_command(command(q + 0.1))
+    assert not rec.tick()  # no policy step yet: no frame
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        obs, act = rng.normal(size=obs_dim), rng.uniform(-1, 1, size=action_dim)
+        rec.on_policy_step(rm.policy_step_message(TYPES, obs, act))
+        assert rec.tick()
+    assert not rec.on_policy_step(rm.policy_step_message(TYPES, np.zeros(23), np.zeros(7)))  # another policy's
+    assert rec.report()["rejected"] == 1
+    assert rec.last_error.startswith("policy_step of 30 values ('obs+action',): expected 27 observation + 7 action")
+    rec.close()
+    ep = DatasetReader(tmp_path / "ros").episode(0)
+    np.testing.assert_allclose(ep["observation.policy"][-1], obs, atol=1e-6)
+    np.testing.assert_allclose(ep["action"][-1], act, atol=1e-6)
+    np.testing.assert_allclose(ep["command.joint_position"][-1], q + 0.1, atol=1e-6)
+    bc = cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(tmp_path / "ros"), "--max-iterations",
+             "2", "--set", f"runner.log_dir={tmp_path / 'runs'}", "--set", "runner.eval_episodes=0", "--run-name", "bc")
+    assert bc.returncode == 0, bc.stderr[-2000:]

@@ -80,9 +80,10 @@ def test_lifecycle_publishers_are_made_in_configure_and_destroyed_in_cleanup(ros
     before = live(node)
     assert node.on_configure(None).name == "SUCCESS"
     configured = live(node)
-    assert configured["lifecycle"] == 4  # diagnostics, observation, action, episode events
+    assert configured["lifecycle"] == 5  # diagnostics, observation, action, policy step, episode events
     assert {p.topic for p in node.publishers if p.lifecycle} == {
-        names.DIAGNOSTICS.name, names.OBSERVATION.name, names.ACTION.name, names.EPISODE_EVENTS.name}
+        names.DIAGNOSTICS.name, names.OBSERVATION.name, names.ACTION.name, names.POLICY_STEP.name,
+        names.EPISODE_EVENTS.name}
     command = [p for p in node.publishers if not p.lifecycle]
     assert [p.topic for p in command] == [names.COMMAND_TOPICS["pd_targets"].name]  # the last damping command's
     node.on_cleanup(None)
@@ -291,6 +292,57 @@ def test_sigint_sends_the_last_damping_command_then_shuts_rclpy_down(ros):
     assert signal.getsignal(signal.SIGINT) is before  # ours removed again
 
 
+def test_recorder_with_the_policy_records_its_policy_steps(ros, tmp_path):
+    """policy_path set (record_demos.launch.py with use_policy): the recorder subscribes to the policy node's
+    ~/policy_step and writes deploy --record's features."""
+    from robo_rl_ros import demo_recorder_node as module
+
+    ros.overrides = {"dataset_path": str(tmp_path / "demos"), "hardware_config": PANDA, "policy_path": PANDA_POLICY}
+    fake_ros._init()
+    node = module.DemoRecorderNode()
+    (step,) = [s for s in node.subscriptions if s.topic == f"{names.POLICY_NODE}/policy_step" and not s.raw]
+    assert node.recorder.policy == (27, 7) and step.callback_group is node.groups["inputs"]
+    assert {"observation.policy", "action", "command.joint_position"} <= set(node.recorder.writer.features)
+    node.close()
+
+
+@pytest.mark.realtime
+def test_the_ros2_transport_runs_a_robot_env_over_the_robots_topics(ros, monkeypatch):
+    """`--transport ros2` (train-real's actor, RobotEnv, deploy, replay, teleop): RosRobot on a node of its own, spun
+    on its own thread; rclpy initialised in the chosen domain without its signal handlers, shut down at close."""
+    import sys
+
+    from robo_rl.adapters.robot_env import RobotEnv
+    from robo_rl.deploy.robot import TRANSPORTS
+    from robo_rl.deploy.session import transport
+
+    monkeypatch.delitem(sys.modules, "robo_rl.deploy.transports.ros2", raising=False)
+    arm, env = FakeArm(ros), None
+    try:
+        assert not transport("ros2").rehearsal
+        arm.thread.start()
+        env = RobotEnv(PANDA_POLICY, PANDA, "ros2", realtime=True, reset_module="home", max_episode_steps=5,
+                       session={"domain_id": 7})
+        assert ros.init_kwargs["domain_id"] == 7 and ros.init_kwargs["signal_handler_options"].name == "NO"
+        obs, _ = env.reset(seed=0)
+        truncated = False
+        while not truncated:
+            obs, _, terminated, truncated, info = env.step(np.zeros(7, np.float32))
+            assert not terminated, info
+        topic = "joint_trajectory_controller/joint_trajectory"  # panda.yaml: franka_ros2's interface
+        sent = ros.publishers(topic)[0].published
+        assert sent and tuple(sent[-1].joint_names) == load_hardware(PANDA).joint_names
+        env.close()
+        env = None
+        assert ros.log[-1] == "shutdown" and not ros.publishers(topic)  # the robot's node and rclpy went down
+    finally:
+        arm.stop.set()
+        if env is not None:
+            env.close()
+        if "ros2" in TRANSPORTS:
+            TRANSPORTS.unregister("ros2")  # it was registered over this test's stand-in rclpy
+
+
 def test_bad_input_at_start_is_one_line_and_exit_2(ros, capsys, tmp_path):
     from robo_rl_ros import sim_robot_node
     from robo_rl_ros.messages import run_node
@@ -323,6 +375,7 @@ def test_recorder_samples_on_its_own_callback_group_and_names_cameras_by_path(ro
     assert bag and all(s.callback_group is node.groups["bag"] for s in bag)
     assert type(node.groups["bag"]).__name__ == "MutuallyExclusiveCallbackGroup"
     assert node.recorder.cameras == ["camera_color", "camera_depth"]
+    assert node.recorder.policy is None and not any(s.topic.endswith("policy_step") for s in node.subscriptions)
     assert {s.topic for s in node.subscriptions if not s.raw} >= {
         "franka/joint_states", "joint_trajectory_controller/joint_trajectory", f"{names.POLICY_NODE}/episode_events"}
     node.close()

@@ -1,5 +1,5 @@
 """DdsOperatorLink: the operator's topics over DDS (e-stop, operator words, cmd_vel, target_pose in;
-diagnostics, episode events, observation and action out)."""
+diagnostics, episode events, observation, policy step and action out)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ class DdsOperatorLink:
         self._events = endpoint.writer(t(names.EPISODE_EVENTS), dt.String, names.EPISODE_EVENTS.qos)
         self._observation = endpoint.writer(t(names.OBSERVATION), dt.Float32MultiArray, names.OBSERVATION.qos)
         self._action = endpoint.writer(t(names.ACTION), dt.Float64MultiArray, names.ACTION.qos)
+        self._step = endpoint.writer(t(names.POLICY_STEP), dt.Float32MultiArray, names.POLICY_STEP.qos)
 
     def _on_estop(self, msg: dt.Bool, received: float) -> None:
         self.handler.estop_message(bool(msg.data), received)
@@ -81,8 +82,9 @@ class DdsOperatorLink:
     def publish_event(self, text: str) -> None:
         self._events.write(rm.string_message(self.types, text))
 
-    def publish_record(self, observation: np.ndarray | None, command: JointCommand) -> None:
+    def publish_record(self, observation: np.ndarray | None, action: np.ndarray, command: JointCommand) -> None:
         if observation is not None:
             self._observation.write(rm.multi_array_message(self.types, observation, ("obs",), float32=True))
+            self._step.write(rm.policy_step_message(self.types, observation, action))
         rows = np.stack([command.q, command.dq, command.kp, command.kd, command.tau])  # (5, J)
         self._action.write(rm.multi_array_message(self.types, rows, ("command", "joints")))

@@ -5,7 +5,9 @@
         policy:=policies/panda_reach.onnx use_policy:=true use_sim:=true dry_run:=false
 
 Starts demo_recorder_node; with use_policy:=true also the lifecycle policy node and (use_sim:=true) the
-MuJoCo twin, as sim_twin.launch.py does. Episodes follow the policy node's episode events. Each camera topic
+MuJoCo twin, as sim_twin.launch.py does, and the recorder records the policy's observations and raw actions
+(observation.policy, action) beside the commands (command.joint_position). Episodes follow the policy node's episode
+events. Each camera topic
 (sensor_msgs/CompressedImage) becomes the camera named by its path without the image suffixes (camera_color,
 wrist_camera).
 """

@@ -7,7 +7,9 @@ node's episode events; a timer at `rate_hz` samples the newest values into the d
 also written, as received (serialized), into a rosbag2 bag (MCAP) through `rosbags`. Dropped frames are counted in
 the log line printed every few seconds and at shutdown. Parameters: hardware_config, dataset_path, rate_hz,
 command_interface, camera_topics ("topic,topic"; camera name = the topic path without its image suffixes,
-/camera/color/image_raw/compressed -> camera_color), image_size, use_episode_events, task, bag_path.
+/camera/color/image_raw/compressed -> camera_color), image_size, use_episode_events, task, bag_path, policy_path (the
+deployed policy: its ~/policy_step is recorded as observation.policy and action, the commands as
+command.joint_position, so BC trains on the dataset).
 
 Threads (MultiThreadedExecutor, messages.run_node): the sampling timer has a callback group of its own, so decoding
 images (a reentrant group: cameras in parallel) and writing the bag (an exclusive group: one writer) never delay a
@@ -26,7 +28,7 @@ from sensor_msgs.msg import CompressedImage
 
 from robo_rl.core.assets import find_asset
 from robo_rl.demos.dataset_writer import DatasetWriter
-from robo_rl.demos.recorder import robot_features
+from robo_rl.demos.recorder import policy_dims, robot_features
 from robo_rl.demos.topic_recorder import TopicRecorder, camera_names, split_topics
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy.dds_settings import for_ros_node
@@ -35,9 +37,11 @@ from robo_rl_ros.messages import CLASSES, qos, run_node
 
 PARAMETERS = {"hardware_config": "hardware/panda.yaml", "dataset_path": "demos/ros", "rate_hz": 50.0,
               "command_interface": "", "camera_topics": "", "image_size": 96,
-              "use_episode_events": True, "task": "demonstration", "bag_path": ""}
+              "use_episode_events": True, "task": "demonstration", "bag_path": "", "policy_path": ""}
 EVENTS_TOPIC = f"{names.POLICY_NODE}/episode_events"
 """The policy node's ~/episode_events, resolved in this node's namespace (both run in the same one)."""
+POLICY_STEP_TOPIC = f"{names.POLICY_NODE}/policy_step"
+"""The policy node's ~/policy_step (observation and raw actions), recorded when `policy_path` names its policy."""
 CALLBACK_GROUPS = ("sample", "images", "bag", "inputs")
 """The recorder's callback groups: the sampling timer alone in `sample`."""
 
@@ -57,12 +61,18 @@ class DemoRecorderNode(Node):
         topics = settings.ros_topics()
         cameras = camera_names(split_topics(p["camera_topics"]))
         size = int(p["image_size"])
+        dims = None
+        if p["policy_path"]:  # the deployed policy: its observation names and action size (the contract only)
+            from robo_rl.deploy.policy import OnnxPolicy
+
+            dims = policy_dims(OnnxPolicy(find_asset(p["policy_path"], what="policy")).contract)
         writer = DatasetWriter(p["dataset_path"], fps=float(p["rate_hz"]),
                                features=robot_features(self.hw.joint_names, {c: (size, size) for c in cameras.values()},
-                                                       float(p["rate_hz"])),
+                                                       float(p["rate_hz"]), dims),
                                robot_type=self.hw.robot)
         self.recorder = TopicRecorder(writer, self.hw, interface, list(cameras.values()), task=p["task"],
-                                      use_events=bool(p["use_episode_events"]))
+                                      use_events=bool(p["use_episode_events"]),
+                                      policy=(len(dims[0]), dims[1]) if dims else None)
         self.size = size
         self._bag = _BagWriter(p["bag_path"]) if p["bag_path"] else None
         self.groups = {"sample": MutuallyExclusiveCallbackGroup(), "images": ReentrantCallbackGroup(),
@@ -72,6 +82,9 @@ class DemoRecorderNode(Node):
         self._subscribe(CLASSES[spec.ros_type], topics["command"], self.recorder.on_command, qos(spec.qos), "inputs")
         self._subscribe(CLASSES[names.STRING], EVENTS_TOPIC, lambda m: self.recorder.on_event(m.data),
                         qos(names.EPISODE_EVENTS.qos), "inputs")
+        if dims:
+            self._subscribe(CLASSES[names.FLOAT32_MULTI_ARRAY], POLICY_STEP_TOPIC, self.recorder.on_policy_step,
+                            qos(names.POLICY_STEP.qos), "inputs")
         for topic, cam in cameras.items():
             self._subscribe(CompressedImage, topic,
                             lambda m, cam=cam: self.recorder.on_image(cam, self._decode(m)), sensor, "images")
@@ -102,7 +115,8 @@ class DemoRecorderNode(Node):
 
     def _log(self) -> None:
         r = self.recorder.report()
-        self.get_logger().info(f"frames {r['frames']}, dropped {r['dropped']}, episodes {r['episodes']}")
+        rejected = f", rejected {r['rejected']} ({self.recorder.last_error})" if r.get("rejected") else ""
+        self.get_logger().info(f"frames {r['frames']}, dropped {r['dropped']}, episodes {r['episodes']}{rejected}")
 
     def close(self) -> None:
         """Commit the open episode and close the dataset (and the bag); no frame is sampled after this."""

@@ -27,7 +27,7 @@ def policy_and_twin_nodes() -> list:
 
 def recorder_node() -> list:
     """demo_recorder_node from the launch arguments robot, dataset, bag, rate_hz, command_interface, camera_topics,
-    namespace and remappings."""
+    namespace and remappings; with use_policy, the policy's ~/policy_step too (policy)."""
     return [OpaqueFunction(function=_recorder)]
 
 
@@ -69,6 +69,8 @@ def _policy_and_twin(context) -> list:
 
 
 def _recorder(context) -> list:
+    # with the policy node started here, its ~/policy_step is recorded too (observation.policy, action)
+    with_policy = LaunchConfiguration("use_policy").perform(context).strip().lower() in ("true", "1", "yes")
     return [Node(
         package=names.PACKAGE, executable="demo_recorder_node", name="robo_rl_demo_recorder", output="screen",
         **_placement(context),
@@ -79,5 +81,6 @@ def _recorder(context) -> list:
             "rate_hz": ParameterValue(LaunchConfiguration("rate_hz"), value_type=float),
             "command_interface": _text("command_interface"),
             "camera_topics": _text("camera_topics"),
+            "policy_path": LaunchConfiguration("policy").perform(context) if with_policy else "",
         }],
     )]

@@ -124,6 +124,11 @@ def _parser() -> argparse.ArgumentParser:
     tw.add_argument("--physics-dt", type=float, help="physics time step (s); default the MJCF's")
     tw.add_argument("--latency", type=float, default=0.0, help="command latency (s)")
     tw.add_argument("--noise", type=float, default=0.0, help="sensor noise std")
+    tw.add_argument("--cameras", nargs="*", default=[], metavar="CAMERA",
+                    help="model cameras whose frames are published (PNG sensor_msgs/CompressedImage on "
+                         "<camera>/image/compressed), as a robot's camera drivers would")
+    tw.add_argument("--image-size", type=int, default=96, help="with --cameras: frames are SIZE x SIZE")
+    tw.add_argument("--camera-rate", type=float, default=30.0, help="with --cameras: frames per second")
     tw.add_argument("--no-ee-position", action="store_true",
                     help="ros2 profile, arms: publish no ee_position, as franka_ros2 (deploy then computes it from the "
                          "joints)")

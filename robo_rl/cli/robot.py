@@ -175,7 +175,8 @@ def cmd_twin(args: argparse.Namespace) -> int:
         entry.serve_twin(args.robot, domain_id=args.domain_id, rate_hz=args.rate, duration_s=args.duration,
                          command_interface=args.command_interface, physics_dt=args.physics_dt,
                          latency_s=args.latency, noise_std=args.noise, sport_mode=args.sport_mode,
-                         publish_ee=not args.no_ee_position)
+                         publish_ee=not args.no_ee_position, cameras=tuple(args.cameras),
+                         image_size=args.image_size, camera_rate_hz=args.camera_rate)
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return 0

@@ -64,6 +64,9 @@ class DdsSettings:
     """ros2: end-effector position topic (default ee_position), used when the policy observes ee_pos."""
     command_topic: str | None = None
     """ros2: command topic (default: the command interface's); unitree: the DDS topic (default rt/lowcmd)."""
+    camera_topics: dict[str, str] | None = None
+    """Camera name -> its sensor_msgs/CompressedImage topic (default `<camera>/image/compressed`, in the namespace):
+    the frames a policy or a reward classifier reads."""
     gripper_namespace: str = "panda_gripper"
     """The gripper node's name (hardware gripper.namespace; set from it, not a transport.dds key)."""
     sport_mode: str = "release"
@@ -100,6 +103,9 @@ class DdsSettings:
                              f"{', '.join(SPORT_MODE_POLICIES)}")
         if self.namespace and not self.namespace.startswith("/"):
             raise ValueError(f"transport.dds.namespace {self.namespace!r}: must be empty or start with '/'")
+        if self.camera_topics is not None and not (isinstance(self.camera_topics, dict) and all(
+                isinstance(k, str) and isinstance(v, str) and k and v for k, v in self.camera_topics.items())):
+            raise ValueError(f"transport.dds.camera_topics {self.camera_topics!r}: a mapping of camera name to topic")
 
     def state_topics(self) -> dict[str, str]:
         """DDS names of the state topics by role ("joints", "imu", "ee")."""
@@ -121,6 +127,11 @@ class DdsSettings:
         """DDS name of the gripper's topic of `role` ("move", "grasp", "state"; ros_interface.GRIPPER_TOPICS), under
         the hardware's gripper.namespace, resolved in this namespace."""
         return names.gripper_topic(self.gripper_namespace, role).dds_name(self.namespace)
+
+    def camera_topic(self, camera: str) -> str:
+        """DDS name of camera `camera`'s CompressedImage topic (camera_topics, else `<camera>/image/compressed`)."""
+        name = (self.camera_topics or {}).get(camera) or names.camera_topic(camera).name
+        return names.dds_topic_name(name, self.namespace)
 
     def topic(self, spec: TopicSpec) -> str:
         """DDS name of an operator / monitoring topic in this namespace."""

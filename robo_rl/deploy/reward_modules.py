@@ -334,6 +334,18 @@ def parse_reward_spec(spec: str) -> tuple[str, dict[str, str]]:
     return name, options
 
 
+def reward_cameras(names: Sequence[str]) -> tuple[tuple[str, int, int], ...]:
+    """(camera, height, width) each classifier among the rewards `names` reads (its file's spec; `camera=` option
+    first): the frames a transport must bring for them."""
+    out = []
+    for spec in names:
+        name, options = parse_reward_spec(spec)
+        if name == "classifier":
+            model_spec = OnnxClassifier(find_asset(options["path"], what="reward classifier file")).spec
+            out.append((options.get("camera") or model_spec.camera, model_spec.height, model_spec.width))
+    return tuple(out)
+
+
 def make_reward(names: Sequence[str], hw: HardwareSpec) -> ComposedReward:
     """The composition of the reward modules given in `names` (`parse_reward_spec`; defaults for their settings)."""
     modules: list[RewardModule] = []

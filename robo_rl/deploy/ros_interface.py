@@ -117,6 +117,7 @@ DIAGNOSTIC_ARRAY = "diagnostic_msgs/msg/DiagnosticArray"
 FRANKA_MOVE_GOAL = "franka_msgs/action/Move_Goal"
 FRANKA_GRASP_GOAL = "franka_msgs/action/Grasp_Goal"
 FRANKA_GRASP_EPSILON = "franka_msgs/msg/GraspEpsilon"
+COMPRESSED_IMAGE = "sensor_msgs/msg/CompressedImage"
 UNITREE_LOW_STATE = "unitree_go/msg/LowState"
 UNITREE_LOW_CMD = "unitree_go/msg/LowCmd"
 MESSAGE_TYPES = (JOINT_STATE, IMU, TWIST, POINT_STAMPED, POSE_STAMPED, FLOAT64_MULTI_ARRAY, FLOAT32_MULTI_ARRAY,
@@ -194,6 +195,12 @@ GRIPPER_TOPICS = {
 """Role -> (name under the gripper's namespace, ROS type) of each gripper topic."""
 GRIPPER_ACTIONS = {"move": "move", "grasp": "grasp"}
 """Goal kind -> franka_gripper's action name under its namespace (franka_msgs/action/Move, Grasp)."""
+
+
+def camera_topic(camera: str) -> TopicSpec:
+    """The default topic of camera `camera`'s frames: `<camera>/image/compressed` (image_transport's compressed
+    stream; the rosbag export and the recorder name cameras the same way)."""
+    return TopicSpec(f"{camera}/image/compressed", COMPRESSED_IMAGE, SENSOR_QOS)
 
 
 def gripper_topic(namespace: str, role: str) -> TopicSpec:

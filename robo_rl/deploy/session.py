@@ -27,7 +27,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,6 +35,7 @@ from robo_rl.deploy import transports as builtin_transports
 from robo_rl.deploy.controller import REALTIME_PRIORITY
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.policy import PolicyStep
+from robo_rl.deploy.reward_modules import reward_cameras
 from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Transport, take_control
 from robo_rl.deploy.runtime import (
     RUNTIME_REQUESTS,
@@ -108,11 +109,13 @@ def make_robot(transport_name: str, hw: HardwareSpec, control_dt: float, *, real
 
 
 # ---------------------------------------------------------------------------------------------- by hand
-def camera_options(policy: PolicyStep) -> dict[str, Any]:
-    """The ConnectOptions of the cameras a policy reads: (name, height, width) of each, and how training drew them."""
+def camera_options(policy: PolicyStep, rewards: Sequence[str] = ()) -> dict[str, Any]:
+    """The ConnectOptions of the cameras a policy reads, then those its reward classifiers read (`rewards`, as
+    RuntimeConfig.rewards): (name, height, width) of each, and how training drew the policy's."""
     terms = policy.inputs.images
     cameras = tuple((c, t.params["height"], t.params["width"]) for c, t in zip(policy.inputs.cameras, terms,
                                                                                 strict=True))
+    cameras += tuple(c for c in reward_cameras(rewards) if c[0] not in {name for name, _, _ in cameras})
     return {"cameras": cameras, "render": policy.policy.contract.extra.get("render")}
 
 
@@ -158,7 +161,7 @@ def open_session(policy_path: str | Path, hardware_path: str | Path, transport: 
     robot = make_robot(transport, runtime.hw, contract.policy_dt, realtime=realtime, latency_s=latency_s,
                        noise_std=noise_std, seed=seed, physics_dt=contract.physics_dt, domain_id=domain_id,
                        command_interface=command_interface, needs_ee=needs_reported_ee(runtime), scene=scene,
-                       **camera_options(runtime.policy))
+                       **camera_options(runtime.policy, runtime.config.rewards))
     holder["robot"] = robot = wrap_robot(robot) if wrap_robot is not None else robot
     runtime.attach(robot)
     return runtime
@@ -210,7 +213,8 @@ def run_deploy(runtime: PolicyRuntime, transport_name: str, *, options: Mapping[
           f"Hz; commands {({k: v.round(3).tolist() for k, v in policy.commands.items()})}; Ctrl-C stops safely",
           file=out, flush=True)
     robot = make_robot(transport_name, hw, contract.policy_dt, realtime=True, physics_dt=contract.physics_dt,
-                       needs_ee=needs_reported_ee(runtime), **camera_options(policy), **dict(options or {}))
+                       needs_ee=needs_reported_ee(runtime), **camera_options(policy, runtime.config.rewards),
+                       **dict(options or {}))
     link = None
     try:
         if entry.operator_link is not None:

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from robo_rl.deploy.camera_frames import fit_frame
+
 CLASSIFIER_KEY = "robo_rl.reward_classifier"
 """metadata_props key of the ClassifierSpec JSON."""
 CLASSIFIER_INPUT = "image"
@@ -95,18 +97,6 @@ def check_debounce(value: int) -> int:
     return value
 
 
-def centre_crop(frame: np.ndarray, height: int, width: int) -> np.ndarray:
-    """The largest centred window of `frame` (H, W, C) with the aspect ratio width / height (a view)."""
-    fh, fw = frame.shape[:2]
-    if fw * height > fh * width:  # too wide: trim columns
-        keep = max(1, round(fh * width / height))
-        left = (fw - keep) // 2
-        return frame[:, left:left + keep]
-    keep = max(1, round(fw * height / width))
-    top = (fh - keep) // 2
-    return frame[top:top + keep]
-
-
 def preprocess_frame(frame: np.ndarray, height: int, width: int) -> np.ndarray:
     """A camera frame (H, W, 3) uint8 RGB -> the classifier's input (3, height, width) uint8.
 
@@ -120,13 +110,7 @@ def preprocess_frame(frame: np.ndarray, height: int, width: int) -> np.ndarray:
         raise ValueError(f"classifier frames must be (H, W, 3) uint8 RGB, got {frame.dtype} of shape "
                          f"{tuple(frame.shape)}")
     if frame.shape[:2] != (height, width):
-        try:
-            import cv2  # optional: opencv-python-headless, only for frames of another size
-        except ImportError:
-            raise ValueError(f"classifier: frames of {frame.shape[0]}x{frame.shape[1]} need resizing to "
-                             f"{height}x{width}: pip install opencv-python-headless") from None
-        frame = cv2.resize(np.ascontiguousarray(centre_crop(frame, height, width)), (width, height),
-                           interpolation=cv2.INTER_AREA)  # (height, width, 3)
+        frame = fit_frame(frame, height, width)  # (height, width, 3)
     return np.ascontiguousarray(frame.transpose(2, 0, 1))  # (3, height, width)
 
 

@@ -61,7 +61,7 @@ def make_runtime(tmp_path):
         events, records, lines = [], [], []
         cfg = RuntimeConfig(policy_path=str(REPO / "policies" / f"{policy}.onnx"),
                             hardware_config=quick_hardware(tmp_path, robot), **config)
-        rt = PolicyRuntime(cfg, on_event=events.append, on_record=lambda o, c: records.append((o, c)),
+        rt = PolicyRuntime(cfg, on_event=events.append, on_record=lambda o, a, c: records.append((o, a, c)),
                            log=lines.append)
         rt.configure()
         contract = rt.policy.policy.contract
@@ -86,8 +86,9 @@ def test_policy_starts_only_on_start_and_stop_damps(make_runtime):
     assert c.mode is Mode.READY and not rt.records  # READY never turns into POLICY on its own
     assert rt.request("start") == (True, "POLICY started")
     wait_for(lambda: len(rt.records) >= 5, 2.0, "recorded POLICY ticks")
-    obs, cmd = rt.records[-1]
+    obs, action, cmd = rt.records[-1]
     assert obs.shape == (rt.policy.policy.contract.obs_dim,) and cmd.joint_names == rt.hw.joint_names
+    assert action.shape == (rt.policy.policy.contract.action_dim,)  # the raw actions of that tick (~/policy_step)
     assert rt.request("start")[0] is False  # already in POLICY: refused, one line
     assert rt.lines[-1] == "refused: start in mode POLICY: only allowed from READY"
     assert rt.request("stop")[0] and c.mode is Mode.DAMP

@@ -32,7 +32,7 @@ def connect_dds(hw: HardwareSpec, options: ConnectOptions) -> DdsRobot:
                          f"(controller.setpoint_rate_hz), which command_interface {settings.command_interface} cannot "
                          "carry (one target per tick); use joint_trajectory")
     return DdsRobot(hw, settings, control_dt=options.control_dt, domain_id=check_domain_id(options.domain_id),
-                    needs_ee=options.needs_ee)
+                    needs_ee=options.needs_ee, cameras=options.cameras)
 
 
 def operator_link(robot: DdsRobot, handler: OperatorHandler) -> DdsOperatorLink:

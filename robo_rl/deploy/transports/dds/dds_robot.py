@@ -8,6 +8,9 @@ Two profiles, chosen in the hardware file (`transport.dds.profile`):
   policy observes it); commands on the topic of the chosen command interface (ros_interface). A gripper with a node
   of its own (hardware `gripper`, franka_gripper) reports on `<namespace>/joint_states` and takes Move / Grasp goals
   on `<namespace>/move_goal` / `grasp_goal` (robo_rl.deploy.gripper); its joint is left out of the arm's commands.
+  Cameras a policy or reward classifier reads (`cameras`) arrive as sensor_msgs/CompressedImage on
+  `<camera>/image/compressed` (or `transport.dds.camera_topics`), decoded on the listener thread and fitted to the
+  size asked for (robo_rl.deploy.camera_frames); the state's `images` carry the newest frame of each.
 - `unitree`: Unitree's low-level SDK topics `rt/lowstate` / `rt/lowcmd` with its message types and CRC,
   so a Go2 runs with no ROS at all. `take_control` first releases the onboard sport-mode controller through
   the motion switcher service (and `close` selects it again when the hardware file asks: `sport_mode: restore`).
@@ -17,14 +20,18 @@ All names come from `robo_rl.deploy.ros_interface`.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.camera_frames import load_cv2, read_compressed_image
 from robo_rl.deploy.dds_settings import DdsSettings
 from robo_rl.deploy.gripper import GripperCommander, GripperGoal, goal_message
 from robo_rl.deploy.hardware import HardwareSpec
@@ -44,10 +51,12 @@ class DdsRobot:
         control_dt: control period (s); a joint_trajectory point is reached one period later.
         endpoint: the participant to use (shared with a DdsOperatorLink); one is made when None.
         needs_ee: wait for end-effector positions too (policies observing ee_pos).
+        cameras: (name, height, width) of each camera whose frames the state carries (wait for them too).
     """
 
     def __init__(self, hw: HardwareSpec, settings: DdsSettings, *, control_dt: float,
-                 endpoint: DdsEndpoint | None = None, domain_id: int = 0, needs_ee: bool = False):
+                 endpoint: DdsEndpoint | None = None, domain_id: int = 0, needs_ee: bool = False,
+                 cameras: tuple[tuple[str, int, int], ...] = ()):
         self.hw = hw
         self.settings = settings
         self.control_dt = control_dt
@@ -95,6 +104,27 @@ class DdsRobot:
         else:
             self.state.needs_gripper = False
         self._read_lock = threading.Lock()
+        self.cameras = {name: (int(h), int(w)) for name, h, w in cameras}
+        self.camera_topics = {name: settings.camera_topic(name) for name in self.cameras}
+        self._frames: dict[str, np.ndarray] = {}
+        self._frames_lock = threading.Lock()
+        if self.cameras:
+            load_cv2()  # one line now when OpenCV is missing, not a count of failed frames later
+        for name, topic in self.camera_topics.items():
+            ep.reader(topic, dt.CompressedImage, names.SENSOR_QOS,
+                      lambda msg, received, name=name: self._on_frame(name, msg))
+
+    def _on_frame(self, camera: str, msg: Any) -> None:
+        rgb, _ = read_compressed_image(msg, self.cameras[camera])  # (H, W, 3) uint8 at the size asked for
+        with self._frames_lock:
+            self._frames[camera] = rgb
+
+    def _with_frames(self, state: RobotState) -> RobotState:
+        if not self.cameras:
+            return state
+        with self._frames_lock:
+            frames = dict(self._frames)
+        return dataclasses.replace(state, images=frames)
 
     def __str__(self) -> str:
         interface = f", {self.settings.command_interface}" if self.settings.profile == "ros2" else ""
@@ -118,6 +148,7 @@ class DdsRobot:
         state = self.state.latest()
         if state is None:
             raise RuntimeError(f"no robot state received yet on {self.state_topic} (domain {self.endpoint.domain_id})")
+        state = self._with_frames(state)
         return state
 
     def send_command(self, command: JointCommand) -> None:
@@ -173,9 +204,16 @@ class DdsRobot:
         while True:
             self.poll()
             state = self.state.latest()
-            if state is not None and clock() - state.received <= fresh_within_s:
-                return state
+            with self._frames_lock:
+                missing = [self.camera_topics[c] for c in self.cameras if c not in self._frames]
+            if state is not None and clock() - state.received <= fresh_within_s and not missing:
+                return self._with_frames(state)
             if clock() > end:
+                if state is not None and missing:
+                    bad = self.endpoint.last_callback_error
+                    raise ValueError(f"no camera frames on {', '.join(missing)} (DDS domain {self.endpoint.domain_id}) "
+                                     f"within {timeout_s:g} s{'; last rejected: ' + bad if bad else ''}; does the "
+                                     "camera driver (or `robo-rl twin --cameras`) publish them?")
                 got = dict(self.state.received_count) or "nothing"
                 why = f"; last rejected message: {self.state.last_error}" if self.state.last_error else ""
                 raise ValueError(f"no fresh robot state on {self.state_topic} (DDS domain {self.endpoint.domain_id}) "

@@ -151,6 +151,14 @@ class JointState(idl.IdlStruct, typename="sensor_msgs.msg.dds_.JointState_"):
     effort: types.sequence[types.float64] = field(default_factory=list)
 
 
+@dataclass
+@annotate.final
+class CompressedImage(idl.IdlStruct, typename="sensor_msgs.msg.dds_.CompressedImage_"):
+    header: Header = field(default_factory=Header)
+    format: str = ""
+    data: types.sequence[types.uint8] = field(default_factory=bytes)
+
+
 def _zeros9() -> list[float]:
     return [0.0] * 9
 
@@ -442,6 +450,8 @@ ROS_STRUCTS = {
 }
 """The struct of each ROS 2 message type in ros_interface.MESSAGE_TYPES."""
 UNITREE_STRUCTS = {"unitree_go/msg/LowState": LowState_, "unitree_go/msg/LowCmd": LowCmd_}
+IMAGE_STRUCTS = {"sensor_msgs/msg/CompressedImage": CompressedImage}
+"""Camera frames (ros_interface.camera_topic; robo_rl.deploy.camera_frames builds and reads them)."""
 FRANKA_STRUCTS = {"franka_msgs/action/Move_Goal": Move_Goal, "franka_msgs/action/Grasp_Goal": Grasp_Goal,
                   "franka_msgs/msg/GraspEpsilon": GraspEpsilon}
 """franka_gripper's goal messages (ros_interface.GRIPPER_TOPICS)."""

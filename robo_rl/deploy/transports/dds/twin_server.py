@@ -14,6 +14,7 @@ import numpy as np
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.camera_frames import compressed_image_message
 from robo_rl.deploy.dds_settings import DdsSettings, check_domain_id
 from robo_rl.deploy.hardware import HardwareSpec, load_hardware
 from robo_rl.deploy.robot import ConnectOptions, JointCommand, RobotInterface
@@ -160,21 +161,63 @@ class DdsTwinServer:
                 stop.wait(delay)
 
 
+class TwinCameraPublisher:
+    """The twin's cameras on DDS as a camera driver publishes them: each camera's frame of the twin's current pose as a
+    PNG sensor_msgs/CompressedImage (lossless: a reader gets the pixels the twin drew) on its topic
+    (`DdsSettings.camera_topic`) at `rate_hz`, on a thread of its own, so drawing never holds up the state's rate.
+
+    Args:
+        robot: the twin, connected with these cameras (its states' `images`).
+        settings, endpoint: as DdsTwinServer's.
+        cameras: the camera names.
+        rate_hz: frames per second per camera.
+    """
+
+    def __init__(self, robot: RobotInterface, settings: DdsSettings, endpoint: DdsEndpoint, cameras: tuple[str, ...],
+                 rate_hz: float = 30.0):
+        if not (np.isfinite(rate_hz) and 0 < rate_hz <= 200):
+            raise ValueError(f"camera rate_hz = {rate_hz!r}: must be in (0, 200]")
+        self.robot, self.period = robot, 1.0 / rate_hz
+        self.types = dt.dds_message_types()
+        self.writers = {c: endpoint.writer(settings.camera_topic(c), dt.CompressedImage, names.SENSOR_QOS)
+                        for c in cameras}
+        self.published = 0
+
+    def publish(self) -> None:
+        state = self.robot.read_state()
+        for camera, writer in self.writers.items():
+            writer.write(compressed_image_message(self.types, dt.CompressedImage, state.images[camera], state.stamp,
+                                                  camera))
+        self.published += 1
+
+    def serve(self, stop: threading.Event) -> None:
+        t0, k = time.monotonic(), 0
+        while not stop.is_set():
+            self.publish()
+            k = max(k + 1, int((time.monotonic() - t0) / self.period))
+            stop.wait(max(0.0, t0 + k * self.period - time.monotonic()))
+
+
 def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s: float | None,
                command_interface: str | None = None, physics_dt: float | None = None, latency_s: float = 0.0,
                noise_std: float = 0.0, seed: int = 0, sport_mode: str | None = "normal", publish_ee: bool = True,
+               cameras: tuple[str, ...] = (), image_size: int = 96, camera_rate_hz: float = 30.0,
                out: TextIO = sys.stdout) -> int:
     """Serve the MuJoCo twin of `hardware_path` on DDS until `duration_s` or Ctrl-C; returns commands applied.
 
     `sport_mode` (unitree profile; see DdsTwinServer) is ignored on the ros2 profile, whose robots have none;
-    `publish_ee` False publishes no end-effector position (as franka_ros2).
+    `publish_ee` False publishes no end-effector position (as franka_ros2); `cameras` (model cameras) are published as
+    `image_size` x `image_size` frames at `camera_rate_hz` (TwinCameraPublisher).
     """
     hw = load_hardware(find_asset(hardware_path, what="hardware file"))
     settings = DdsSettings.from_hardware(hw, command_interface=command_interface)
     if settings.profile != "unitree":
         sport_mode = None
+    if not 8 <= int(image_size) <= 1024:
+        raise ValueError(f"--image-size {image_size!r}: must be in [8, 1024]")
     robot = connect_twin(hw, ConnectOptions(control_dt=1.0 / hw.control_rate_hz, realtime=True, physics_dt=physics_dt,
-                                            latency_s=latency_s, noise_std=noise_std, seed=seed))
+                                            latency_s=latency_s, noise_std=noise_std, seed=seed,
+                                            cameras=tuple((c, int(image_size), int(image_size)) for c in cameras)))
     try:
         endpoint = DdsEndpoint(check_domain_id(domain_id))
     except BaseException:
@@ -185,21 +228,30 @@ def serve_twin(hardware_path: str, *, domain_id: int, rate_hz: float, duration_s
         server = DdsTwinServer(robot, hw, settings, endpoint, rate_hz=rate_hz,
                                base_twist=robot.base_twist if robot.floating else None, sport_mode=sport_mode,
                                publish_ee=publish_ee)
+        frames = TwinCameraPublisher(robot, settings, endpoint, tuple(cameras), camera_rate_hz) if cameras else None
     except BaseException:
         robot.close()
         endpoint.close()
         raise
+    drawing = None
     try:
         topics = settings.state_topics()
         sport = f", sport mode {sport_mode}" if sport_mode is not None else ""  # at start (deploy may release it now)
         ee = "" if publish_ee or hw.kind != "arm" else ", no end-effector position"
+        shown = "" if frames is None else (f", cameras {', '.join(settings.camera_topic(c) for c in cameras)} at "
+                                           f"{camera_rate_hz:g} Hz")
         print(f"twin of {hw.robot} on DDS domain {domain_id}: state on {topics['joints']} at {rate_hz:g} Hz{ee}, "
-              f"commands on {settings.command_topic_name()}{sport}; Ctrl-C stops", file=out, flush=True)
+              f"commands on {settings.command_topic_name()}{sport}{shown}; Ctrl-C stops", file=out, flush=True)
+        if frames is not None:
+            drawing = threading.Thread(target=frames.serve, args=(stop,), name="robo_rl-twin-frames", daemon=True)
+            drawing.start()
         server.serve(stop, duration_s)
     except KeyboardInterrupt:
         pass
     finally:
         stop.set()
+        if drawing is not None:
+            drawing.join(timeout=5.0)
         robot.close()
         endpoint.close()
     ignored = f", {server.ignored} ignored while the sport mode was active" if server.ignored else ""

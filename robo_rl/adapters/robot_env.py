@@ -8,7 +8,9 @@ connects the robot through its transport; every `step`
     device is held),
     runs one control tick (state machine, the safety filter on the command, send; its clamps in info["safety"]),
     reads the robot's next state and builds the contract's observation from it (camera frames too),
-    scores it with the reward modules (success / failure end the episode),
+    scores it with the reward modules (success / failure end the episode: a failure as `terminated`, a success as
+    `terminated` when nothing more was to be earned (a classifier's one-off reward), as `truncated` when the reward
+    would go on (goal_distance pays for staying at the goal), so a learner bootstraps through it),
 
 and `reset` runs the reset module (home, random, operator) and starts a new episode (operator commands such as the
 reach target or the velocity command are drawn from their trained ranges when `sample_commands`). A safety fault
@@ -179,8 +181,10 @@ class RobotEnv(gym.Env):
         state = c.robot.read_state()  # what the controller reads: with the state estimates the hardware file asks for
         obs = self._observe(state)
         result = runtime.tracker.reward(state, runtime.policy.commands)
-        terminated = result.done or fault is not None
-        truncated = not terminated and self._steps >= self.max_episode_steps
+        # A success whose reward would go on (goal_distance) is no terminal state: it ends the episode as a truncation,
+        # so a learner bootstraps through it instead of learning that reaching the goal forfeits the reward.
+        terminated = result.terminal or fault is not None
+        truncated = not terminated and (result.success or self._steps >= self.max_episode_steps)
         info = {"success": bool(result.success), "failure": bool(result.failure or fault is not None),
                 "fault": fault, "safety": tuple(c.last_interventions), "terms": dict(result.terms),
                 "intervention": operator is not None, "action": executed.copy()}

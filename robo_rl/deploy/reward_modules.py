@@ -73,10 +73,19 @@ class RewardStep:
     failure: bool = False
     terms: dict[str, float] = field(default_factory=dict)
     """Per-module rewards (and metrics such as the goal distance) for logging."""
+    reward_continues: bool = False
+    """A success that stops the episode although the reward would go on (goal_distance pays for staying at the goal):
+    no terminal state, so a learner bootstraps through it (RobotEnv reports it as a truncation). False: a success is
+    terminal (nothing more to earn: a classifier's one-off success reward)."""
 
     @property
     def done(self) -> bool:
         return self.success or self.failure
+
+    @property
+    def terminal(self) -> bool:
+        """The episode reached a terminal state: a failure, or a success after which no reward would follow."""
+        return self.failure or (self.success and not self.reward_continues)
 
 
 class RewardModule(Protocol):
@@ -125,7 +134,8 @@ class GoalDistanceReward:
         d = goal_distance(state.ee_pos, goal)
         self._inside = self._inside + 1 if d < self.threshold else 0
         r = reward_goal_distance_exp(d, sigma=self.sigma)
-        return RewardStep(r, success=self._inside >= self.hold_steps, terms={self.name: r, "goal_distance_m": d})
+        return RewardStep(r, success=self._inside >= self.hold_steps, terms={self.name: r, "goal_distance_m": d},
+                          reward_continues=True)
 
 
 class JointTargetReward:
@@ -289,8 +299,10 @@ class ComposedReward:
         terms: dict[str, float] = {}
         for s in steps:
             terms.update(s.terms)
-        return RewardStep(sum(s.reward for s in steps), success=any(s.success for s in steps),
-                          failure=any(s.failure for s in steps), terms=terms)
+        succeeded = [s for s in steps if s.success]
+        return RewardStep(sum(s.reward for s in steps), success=bool(succeeded),
+                          failure=any(s.failure for s in steps), terms=terms,
+                          reward_continues=bool(succeeded) and all(s.reward_continues for s in succeeded))
 
 
 REWARD_MODULES = ("goal_distance", "velocity_tracking", "operator", "classifier")

@@ -118,3 +118,24 @@ def test_composition_sums_and_first_outcome_ends_the_episode():
         ComposedReward([GoalDistanceReward(), GoalDistanceReward()])
     with pytest.raises(ValueError, match="reward 'speed': allowed values are goal_distance, velocity_tracking"):
         make_reward(["speed"], PANDA)
+
+
+def test_a_success_whose_reward_goes_on_is_not_terminal():
+    """goal_distance pays for staying at the goal: its success stops the episode but is no terminal state (a learner
+    bootstraps through it); a classifier's one-off success is terminal, and so is the composition with one."""
+    from robo_rl.deploy.reward_modules import ClassifierReward
+
+    goal = GoalDistanceReward(threshold=0.03, hold_steps=1, goal=(0.5, 0.0, 0.4))
+    step = goal(arm_state([0.5, 0.0, 0.41]), {})
+    assert step.success and step.reward_continues and not step.terminal
+    assert not goal(arm_state([0.9, 0.0, 0.4]), {}).terminal  # no success, no failure: nothing ends
+    seen = ClassifierReward(lambda frame: 1.0, "scene", debounce=1)
+    frame_state = RobotState(stamp=0.0, received=0.0, joint_names=PANDA.joint_names, q=np.zeros(7), dq=np.zeros(7),
+                             ee_pos=np.array([0.5, 0.0, 0.41]), images={"scene": np.zeros((8, 8, 3), np.uint8)})
+    one_off = seen(frame_state, {})
+    assert one_off.success and one_off.terminal
+    goal.reset()
+    both = ComposedReward([goal, seen])(frame_state, {})
+    assert both.success and both.terminal  # one successful module whose reward stops makes the end terminal
+    goal.reset()
+    assert not ComposedReward([goal])(frame_state, {}).terminal

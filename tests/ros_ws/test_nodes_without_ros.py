@@ -316,7 +316,7 @@ def test_the_ros2_transport_runs_a_robot_env_over_the_robots_topics(ros, monkeyp
     from robo_rl.deploy.robot import TRANSPORTS
     from robo_rl.deploy.session import transport
 
-    monkeypatch.delitem(sys.modules, "robo_rl.deploy.transports.ros2", raising=False)
+    sys.modules.pop("robo_rl.deploy.transports.ros2", None)
     arm, env = FakeArm(ros), None
     try:
         assert not transport("ros2").rehearsal
@@ -341,6 +341,7 @@ def test_the_ros2_transport_runs_a_robot_env_over_the_robots_topics(ros, monkeyp
             env.close()
         if "ros2" in TRANSPORTS:
             TRANSPORTS.unregister("ros2")  # it was registered over this test's stand-in rclpy
+        sys.modules.pop("robo_rl.deploy.transports.ros2", None)  # so is the module: the next import finds no rclpy
 
 
 def test_bad_input_at_start_is_one_line_and_exit_2(ros, capsys, tmp_path):

@@ -156,8 +156,8 @@ def train(args: argparse.Namespace, tmp: Path, demos: Path) -> str:
             twin.send_signal(signal.SIGINT)
             twin.wait(30)
     print(out.stdout[-4000:], flush=True)
-    if out.returncode != 0:
-        raise SystemExit(f"train-real failed ({out.returncode}): {out.stderr[-2000:]}")
+    if out.returncode != 0:  # the newest checkpoint is still evaluated: the TARGET lines say what was reached
+        print(f"train-real stopped early (exit {out.returncode}): {out.stderr.strip()[-2000:]}", flush=True)
     return out.stdout
 
 

@@ -141,6 +141,7 @@ class RobotEnv(gym.Env):
         if c.mode is Mode.READY:
             self._idle_tick()  # the safety checks on the newest state first: a robot that fell meanwhile damps
         if c.mode is Mode.DAMP:  # a fault (or a fall) ended the last episode: ramp again, standing a legged robot up
+            self._await_fresh_state()  # after a stale-state fault a ramp on a state still old would fault at once
             c.reset()
         if c.mode is Mode.PASSIVE:
             c.request_ramp()
@@ -252,6 +253,25 @@ class RobotEnv(gym.Env):
     def _idle_tick(self) -> None:
         """A tick without a learner's action (ramps, resets, READY holds)."""
         self._tick()
+
+    def _await_fresh_state(self) -> None:
+        """Damp (idle ticks) until the robot's state is fresh again, at most the runtime's state_wait_s; RuntimeError
+        (one line) after that. A robot that stalled for a moment (its driver, a loaded host) is ramped again only
+        once it reports again."""
+        c, hw = self.runtime.controller, self.runtime.hw
+        wait_s = self.runtime.config.state_wait_s
+        end = self._now() + wait_s
+        while True:
+            try:
+                age = self._now() - c.robot.read_state().received
+            except Exception:  # no state at all yet
+                age = float("inf")
+            if age <= hw.safety.state_timeout_s:
+                return
+            if self._now() > end:
+                raise RuntimeError(f"no fresh robot state within {wait_s:g} s (newest {age:.2f} s old): the robot "
+                                   "stays damped")
+            self._idle_tick()
 
     def _tick_until_ready(self) -> None:
         c = self.runtime.controller

@@ -78,6 +78,41 @@ def test_episodes_truncate_and_a_fault_ends_one_as_a_failure_then_reset_ramps_ag
         env.close()
 
 
+def test_after_a_stall_reset_damps_until_the_state_is_fresh_then_ramps():
+    """A robot (or twin) whose state stalls: stale_state damps it; reset waits, damping, until its state is fresh again
+    before the ramp (a ramp on the old state would fault at once), and says so in one line if it never is."""
+    import dataclasses
+
+    env = RobotEnv(*PANDA, reset_module="home", max_episode_steps=50, sample_commands=False)
+    try:
+        env.set_command("target_pos", [0.5, 0.2, 0.5])
+        env.reset(seed=0)
+        c = env.runtime.controller
+        real, stall = c.robot.read_state, {"reads": 0, "until": 20}
+
+        def stalled_read():  # the next reads return states a second old, then fresh ones again
+            state = real()
+            if stall["reads"] >= stall["until"]:
+                return state
+            stall["reads"] += 1
+            return dataclasses.replace(state, received=state.received - 1.0)
+
+        c.robot.read_state = stalled_read
+        zero = np.zeros(env.action_space.shape, np.float32)
+        _, _, terminated, _, info = env.step(zero)
+        assert terminated and info["fault"] == "stale_state"
+        env.reset()  # damps through the remaining stale reads, then DAMP -> RAMP -> READY -> POLICY
+        assert c.mode is Mode.POLICY and stall["reads"] == 20
+        stall["reads"], stall["until"] = 0, 10**9  # stalled for good
+        env.step(zero)
+        with pytest.raises(RuntimeError, match=r"^no fresh robot state within 5 s \(newest 1.00 s old\): the robot "
+                                               r"stays damped$"):
+            env.reset()
+        assert c.mode is Mode.DAMP
+    finally:
+        env.close()
+
+
 def test_bad_input_is_refused_with_one_line(panda_env):
     panda_env.reset(seed=0)
     with pytest.raises(ValueError, match=r"^action \[nan, 0\.0.*\]: must be finite numbers$"):

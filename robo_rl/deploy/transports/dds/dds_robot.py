@@ -21,7 +21,6 @@ All names come from `robo_rl.deploy.ros_interface`.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +38,11 @@ from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.transports.dds import dds_types as dt
 from robo_rl.deploy.transports.dds import unitree
 from robo_rl.deploy.transports.dds.endpoint import DdsEndpoint, LatestSample
-from robo_rl.deploy.transports.dds.motion_switcher import MotionSwitcherClient, release_sport_mode
+from robo_rl.deploy.transports.dds.motion_switcher import (
+    MotionSwitcherClient,
+    release_sport_mode,
+    restore_sport_mode,
+)
 
 
 class DdsRobot:
@@ -183,13 +186,7 @@ class DdsRobot:
         """Select the released sport mode again if the hardware file asks (`sport_mode: restore`), then drop this
         robot's readers and writer (and the endpoint if it made it); see DdsEndpoint.close."""
         if self._switcher is not None and self.released_mode and self.settings.sport_mode == "restore":
-            try:
-                code = self._switcher.select(self.released_mode)
-            except (TimeoutError, ValueError) as exc:
-                code = str(exc)
-            if code != 0:
-                print(f"robo-rl: could not select the sport mode {self.released_mode!r} again ({code}); select it "
-                      "with the remote or the app", file=sys.stderr, flush=True)
+            restore_sport_mode(self._switcher, self.released_mode)
         self._switcher = None
         self._readers = []  # also breaks the cycle robot -> handler (a bound method) -> robot
         self._writer = None

@@ -15,6 +15,7 @@ The request bytes equal those of the unitree-sdk2 package's own client (tests/de
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -117,6 +118,18 @@ def release_sport_mode(client: MotionSwitcherClient, *, attempts: int = 3, settl
                          "(transport.dds.sport_mode: none for a robot without the service)") from None
     raise ValueError(f"the robot's sport mode {active!r} is still active after {attempts} release requests "
                      f"(motion switcher code {code}); nothing was sent: release it with the remote or the app")
+
+
+def restore_sport_mode(client: MotionSwitcherClient, mode: str, who: str = "robo-rl") -> None:
+    """Select the sport mode `mode` again (`sport_mode: restore` at exit); a refusal or silence is one line on stderr
+    (the robot stays released: select it with the remote or the app), never an exception during a shutdown."""
+    try:
+        code = client.select(mode)
+    except (TimeoutError, ValueError) as exc:
+        code = str(exc)
+    if code != 0:
+        print(f"{who}: could not select the sport mode {mode!r} again ({code}); select it with the remote or the app",
+              file=sys.stderr, flush=True)
 
 
 class MotionSwitcherService:

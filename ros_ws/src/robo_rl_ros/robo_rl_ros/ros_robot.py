@@ -4,7 +4,6 @@ Hand, franka_gripper's actions: RosGripper)."""
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from rclpy.callback_groups import ReentrantCallbackGroup
@@ -170,13 +169,9 @@ class RosRobot:
         """Select a released sport mode again when the hardware file asks (`sport_mode: restore`), then destroy this
         robot's subscriptions and publisher."""
         if self._switcher is not None and self.released_mode and self.settings.sport_mode == "restore":
-            try:
-                code = self._switcher.select(self.released_mode)
-            except (TimeoutError, ValueError) as exc:
-                code = str(exc)
-            if code != 0:
-                print(f"robo_rl_policy: could not select the sport mode {self.released_mode!r} again ({code})",
-                      file=sys.stderr, flush=True)
+            from robo_rl.deploy.transports.dds.motion_switcher import restore_sport_mode
+
+            restore_sport_mode(self._switcher, self.released_mode, who=names.POLICY_NODE)
         if self._endpoint is not None:
             self._endpoint.close()
         self._switcher = self._endpoint = None

@@ -242,12 +242,11 @@ class PolicyTermsTeleop:
 def arm_chain(hw: Any, ee_site: str = "ee") -> dict:
     """The kinematic chain to `ee_site` of the arm's model (hardware `transport.sim.model`), read once with mujoco: the
     robot side of teleoperation needs no twin running, only the model file."""
+    from robo_rl.core.assets import find_asset
     from robo_rl.core.headless_gl import choose_headless_gl
 
-    choose_headless_gl()  # before the first mujoco import of this process: a sim twin's cameras may render later
+    choose_headless_gl()  # before this process's first mujoco import: a twin's cameras may render later
     import mujoco
-
-    from robo_rl.core.assets import find_asset
 
     model = mujoco.MjModel.from_xml_path(str(find_asset(hw.transport["sim"]["model"], what="robot model")))
     return serial_chain(model, ee_site)

@@ -21,7 +21,7 @@ import numpy as np
 
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy.hardware import HardwareSpec
-from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
+from robo_rl.deploy.robot import RobotInterface, RobotState, RobotWrapper
 from robo_rl.deploy.safety import name_index
 from robo_rl.terms.kinematics import SerialChain, serial_chain
 
@@ -37,6 +37,9 @@ def read_ee_chain(model_path: str | Path) -> dict[str, Any]:
         ImportError: mujoco is not installed.
         ValueError: one line: the model has no `ee_pos` framepos sensor on a site, or the chain is not serial hinges.
     """
+    from robo_rl.core.headless_gl import choose_headless_gl
+
+    choose_headless_gl()  # before this process's first mujoco import: a twin's cameras may render later
     import mujoco  # read once at start; the ticks run in numpy
 
     model = mujoco.MjModel.from_xml_path(str(model_path))
@@ -100,7 +103,7 @@ def make_ee_kinematics(hw: HardwareSpec, observes_ee: bool, warn: Callable[[str]
     return EndEffectorKinematics(chain, hw)
 
 
-class KinematicRobot:
+class KinematicRobot(RobotWrapper):
     """A robot whose states carry the forward kinematics' ee_pos when the robot itself reports none.
 
     A state whose joints cannot be mapped passes through unchanged (the safety filter damps such a state). Thread-safe
@@ -112,7 +115,7 @@ class KinematicRobot:
     """
 
     def __init__(self, robot: RobotInterface, kinematics: EndEffectorKinematics):
-        self.robot = robot
+        super().__init__(robot)
         self.kinematics = kinematics
         self._lock = threading.Lock()
 
@@ -127,11 +130,3 @@ class KinematicRobot:
             return state
         return dataclasses.replace(state, ee_pos=ee)
 
-    def send_command(self, command: JointCommand) -> None:
-        self.robot.send_command(command)
-
-    def close(self) -> None:
-        self.robot.close()
-
-    def __str__(self) -> str:
-        return str(self.robot)

@@ -31,7 +31,7 @@ import numpy as np
 
 from robo_rl.core.assets import find_asset
 from robo_rl.deploy.hardware import BaseVelocityConfig, HardwareSpec
-from robo_rl.deploy.robot import JointCommand, RobotInterface, RobotState
+from robo_rl.deploy.robot import RobotInterface, RobotState, RobotWrapper
 from robo_rl.deploy.safety import name_index, quat_wxyz
 from robo_rl.terms.kinematics import SerialChain, quat_to_matrix, serial_chain
 
@@ -50,6 +50,9 @@ def read_legs(model_path: str | Path, feet: tuple[str, ...]) -> tuple[list[dict[
         ImportError: mujoco is not installed.
         ValueError: one line: the model lacks a foot site or has a leg that is not a serial hinge chain.
     """
+    from robo_rl.core.headless_gl import choose_headless_gl
+
+    choose_headless_gl()  # before this process's first mujoco import: a twin's cameras may render later
     import mujoco  # read once at start; the ticks run in numpy
 
     model = mujoco.MjModel.from_xml_path(str(model_path))
@@ -301,7 +304,7 @@ def make_base_velocity_estimator(hw: HardwareSpec, warn: Callable[[str], None] |
     return BaseVelocityEstimator(legs, config, quaternion_order=hw.quaternion_order)
 
 
-class EstimatingRobot:
+class EstimatingRobot(RobotWrapper):
     """A robot whose states carry the estimator's base velocity when the robot itself reports none.
 
     Every `read_state` feeds the estimator and returns a copy of the state with `base_lin_vel` set. A state the
@@ -318,7 +321,7 @@ class EstimatingRobot:
 
     def __init__(self, robot: RobotInterface, estimator: BaseVelocityEstimator,
                  warn: Callable[[str], None] | None = None):
-        self.robot = robot
+        super().__init__(robot)
         self.estimator = estimator
         self.warn = warn
         self.last_error: str | None = None
@@ -339,11 +342,3 @@ class EstimatingRobot:
                 return state
         return dataclasses.replace(state, base_lin_vel=estimate)
 
-    def send_command(self, command: JointCommand) -> None:
-        self.robot.send_command(command)
-
-    def close(self) -> None:
-        self.robot.close()
-
-    def __str__(self) -> str:
-        return str(self.robot)

@@ -103,6 +103,23 @@ class RobotInterface(Protocol):
         ...
 
 
+class RobotWrapper:
+    """A robot whose states something fills in on the way (an estimate, the forward kinematics): commands, `close`
+    and its name pass through to the wrapped `robot`; subclasses define `read_state`."""
+
+    def __init__(self, robot: RobotInterface):
+        self.robot = robot
+
+    def send_command(self, command: JointCommand) -> None:
+        self.robot.send_command(command)
+
+    def close(self) -> None:
+        self.robot.close()
+
+    def __str__(self) -> str:
+        return str(self.robot)
+
+
 def take_control(robot: RobotInterface) -> None:
     """Ask the robot's own controller to hand the motors over, if it has one (Unitree's sport mode); before the
     first command of a session that sends commands (never in a dry run). ValueError (one line) when it refuses.

@@ -5,7 +5,6 @@ one-line refusals of what it cannot use."""
 import dataclasses
 import sys
 
-import mujoco
 import numpy as np
 import pytest
 
@@ -19,6 +18,7 @@ from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
 from robo_rl.deploy.session import make_robot, open_session
 from robo_rl.deploy.state_machine import Mode
+from robo_rl.sim.mjmodel import mujoco  # a headless MUJOCO_GL before mujoco loads: other tests render
 from tests.conftest import REPO
 
 GO2 = load_hardware(REPO / "hardware" / "go2.yaml")

@@ -2,11 +2,11 @@
 
 import json
 
-import mujoco
 import numpy as np
 import pytest
 import torch
 
+from robo_rl.sim.mjmodel import mujoco  # a headless MUJOCO_GL before mujoco loads: other tests render
 from robo_rl.terms.kinematics import SerialChain as NumpyChain
 from robo_rl.terms.kinematics import serial_chain
 from robo_rl.terms.kinematics_torch import SerialChain

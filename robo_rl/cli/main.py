@@ -112,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
                     help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
                          "operator, classifier:<model.onnx>[,threshold=T][,debounce=N][,camera=C]; repeatable, "
-                         "summed)")
+                         "summed); with --record every frame carries its outcome (next.reward, next.done, ...)")
 
     tw = sub.add_parser("twin", help="serve the MuJoCo twin of a robot on its DDS topics until stopped")
     tw.add_argument("--robot", required=True, metavar="hardware/Y.yaml")

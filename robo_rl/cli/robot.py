@@ -119,8 +119,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     if args.record:  # the recorder is built here and handed to the deploy core (which never imports demos)
         from robo_rl.demos.recorder import recording_wrapper
 
+        scored = bool(args.rewards)  # each frame carries the reward modules' outcome (next.reward, next.done, ...)
         wrap_recorder, holder = recording_wrapper(args.record, task=f"deploy {Path(args.policy).stem}",
-                                                  policy=lambda: runtime.policy)
+                                                  policy=lambda: runtime.policy, scored=scored)
 
         def wrap(robot: Any) -> Any:
             rec = wrap_recorder(robot)
@@ -129,10 +130,16 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
         def end_episode(event: Any) -> None:
             rec = holder.get("rec")
-            if rec is not None and event.kind in ("success", "failure", "reset") and rec._open:
+            ends = ("reset",) if scored else ("success", "failure", "reset")  # scored: the outcome ends it
+            if rec is not None and event.kind in ends and rec._open:
                 rec.end_episode()
 
-        runtime.subscribe(on_event=end_episode)
+        def outcome(step: Any) -> None:
+            rec = holder.get("rec")
+            if rec is not None:
+                rec.outcome(step)
+
+        runtime.subscribe(on_event=end_episode, on_step=outcome if scored else None)
     stop_on_signals()
     try:
         run_deploy(runtime, args.transport, options=options, commands=wanted, wrap_robot=wrap,

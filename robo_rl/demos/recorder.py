@@ -3,8 +3,12 @@
 `RecordingRobot` wraps any `RobotInterface` (`open_session(..., wrap_robot=...)`): each command sent
 is one frame: the state read just before it (`observation.state` joint positions,
 `observation.velocity`), the command (`action`, the joint position targets in the robot's joint
-order), and the newest image of each camera. Frames go to a `DatasetWriter` with `block=False`: when
-the writer's queue is full the frame is dropped and counted, never waited for. `report()` gives
+order), and the newest image of each camera. `scored`: each frame also carries the outcome the robot-side reward
+modules gave it (`next.reward`, `next.done`, `next.terminated`, `next.success`, as `robo-rl record` writes them):
+a frame waits for the next tick's scored step (`outcome`), so the last command of an episode, never scored, is not
+written, and neither are the frames of an episode that an operator or a fault ends before their outcome.
+Frames go to a `DatasetWriter` with `block=False`: when the writer's queue is full the frame is dropped and
+counted, never waited for. `report()` gives
 frames, drops and the achieved rate; the caller shows it. Cameras are callables returning the newest
 (H, W, 3) uint8 RGB frame at once; both kinds capture on their own thread, so a slow camera never
 stalls the loop: `SimCameras` renders the twin's MuJoCo cameras, `LatestFrameCamera` reads an OpenCV
@@ -15,26 +19,27 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from robo_rl.demos.dataset_metadata import camera, vector
+from robo_rl.demos.dataset_metadata import camera, scalar, vector
 from robo_rl.demos.dataset_writer import DatasetWriter
 
 Camera = Callable[[], np.ndarray]
 
 
 def robot_features(joint_names: tuple[str, ...], cameras: Mapping[str, tuple[int, int]], fps: float,
-                   policy: tuple[Sequence[str], int] | None = None) -> dict:
+                   policy: tuple[Sequence[str], int] | None = None, scored: bool = False) -> dict:
     """Dataset features of a recorded robot: joint positions and velocities, joint targets, camera images.
 
     `policy` (observation names, action size) of the policy driving the robot: its observation
     (`observation.policy`) and raw actions (`action`) are recorded too, the joint targets then as
     `command.joint_position` — the features `robo-rl record` writes in simulation, so BC trains on either.
-    Without one, `action` holds the joint targets.
+    Without one, `action` holds the joint targets. `scored`: the reward modules' outcome of each frame too.
     """
     features = {"observation.state": vector(joint_names), "observation.velocity": vector(joint_names)}
     if policy is None:
@@ -46,6 +51,9 @@ def robot_features(joint_names: tuple[str, ...], cameras: Mapping[str, tuple[int
                          "command.joint_position": vector(joint_names)})
     for name, (height, width) in cameras.items():
         features[f"observation.images.{name}"] = camera(height, width, fps)
+    if scored:
+        features.update({"next.reward": scalar(), "next.done": scalar("bool"), "next.terminated": scalar("bool"),
+                         "next.success": scalar("bool")})
     return features
 
 
@@ -58,11 +66,15 @@ class RecordingRobot:
         task: the task string of the episodes.
         cameras: name -> callable giving the newest (H, W, 3) uint8 image.
         recording: record from the start (else call `start()`).
+        scored: frames wait for their outcome (`outcome`, the writer's features from `robot_features(scored=True)`).
     """
 
     def __init__(self, robot: Any, writer: DatasetWriter, *, task: str, cameras: Mapping[str, Camera] | None = None,
-                 recording: bool = True, gate: Callable[[], bool] | None = None, policy: Any = None):
+                 recording: bool = True, gate: Callable[[], bool] | None = None, policy: Any = None,
+                 scored: bool = False):
         self.robot, self.writer, self.task = robot, writer, task
+        self.scored = scored
+        self._pending: deque[dict] = deque(maxlen=2)  # scored: the frames of the last two ticks, oldest first
         self.policy = policy
         """The PolicyStep driving the robot (its `last_obs`, `last_action` of this tick are recorded), or None."""
         self.cameras = dict(cameras or {})
@@ -104,14 +116,32 @@ class RecordingRobot:
                           "command.joint_position": command.q[order]})
         for name, grab in self.cameras.items():
             frame[f"observation.images.{name}"] = grab()
+        now = time.monotonic()
+        self._t0 = now if self._t0 is None else self._t0
+        self._t_last = now
+        if self.scored:
+            self._pending.append(frame)
+        else:
+            self._write(frame)
+
+    def outcome(self, step: Any) -> None:
+        """A scored step (a RewardStep: it scores the state read this tick) completes the frame of the tick before;
+        one that ends the episode ends it here. The first step of an episode scores its starting state: no frame."""
+        if not self.scored or len(self._pending) < 2:
+            return
+        frame = self._pending.popleft()
+        frame.update({"next.reward": np.float32(step.reward), "next.done": bool(step.done),
+                      "next.terminated": bool(step.terminal), "next.success": bool(step.success)})
+        self._write(frame)
+        if step.done:
+            self.end_episode()
+
+    def _write(self, frame: dict) -> None:
         if self.writer.add_frame(frame, task=self.task, block=False):
             self._frames += 1
             self._open = True
         else:
             self._dropped += 1
-        now = time.monotonic()
-        self._t0 = now if self._t0 is None else self._t0
-        self._t_last = now
 
     @property
     def episode_open(self) -> bool:
@@ -124,7 +154,9 @@ class RecordingRobot:
     def end_episode(self) -> None:
         """Close the episode recorded so far (the save runs on the writer's thread)."""
         t = time.perf_counter()
-        self.writer.end_episode()
+        self._pending.clear()
+        if self._open:
+            self.writer.end_episode()
         self._open = False
         self.save_block_s.append(time.perf_counter() - t)
 
@@ -243,12 +275,12 @@ def policy_dims(contract: Any) -> tuple[list[str], int]:
     return [f"{t.name}_{i}" for t in contract.observation for i in range(t.dim * t.history)], contract.action_dim
 
 
-def recording_wrapper(root: str | Path, *, task: str, policy: Callable[[], Any] | None = None
-                      ) -> tuple[Callable[[Any], RecordingRobot], dict]:
+def recording_wrapper(root: str | Path, *, task: str, policy: Callable[[], Any] | None = None,
+                      scored: bool = False) -> tuple[Callable[[Any], RecordingRobot], dict]:
     """(wrap_robot for `open_session`, holder): the wrapped robot records every tick into a new dataset at
     `root` (the robot's joints, the commands; with `policy`, which returns the PolicyStep driving the robot once it
-    is loaded (when the robot is wrapped), its observations and raw actions); holder["rec"] is the RecordingRobot
-    once wrapped."""
+    is loaded (when the robot is wrapped), its observations and raw actions; `scored`: the reward modules' outcome
+    of each frame, handed to `holder["rec"].outcome`); holder["rec"] is the RecordingRobot once wrapped."""
     holder: dict[str, Any] = {}
 
     def wrap(robot: Any) -> RecordingRobot:
@@ -256,8 +288,8 @@ def recording_wrapper(root: str | Path, *, task: str, policy: Callable[[], Any] 
         step = policy() if policy is not None else None
         dims = policy_dims(step.policy.contract) if step is not None else None
         writer = DatasetWriter(root, fps=hw.control_rate_hz, robot_type=hw.robot,
-                               features=robot_features(hw.joint_names, {}, hw.control_rate_hz, dims))
-        holder["rec"] = RecordingRobot(robot, writer, task=task, policy=step)
+                               features=robot_features(hw.joint_names, {}, hw.control_rate_hz, dims, scored))
+        holder["rec"] = RecordingRobot(robot, writer, task=task, policy=step, scored=scored)
         return holder["rec"]
 
     return wrap, holder

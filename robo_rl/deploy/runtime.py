@@ -56,6 +56,7 @@ from robo_rl.deploy.reward_modules import (
     EpisodeEvent,
     EpisodeTracker,
     OperatorLabelReward,
+    RewardStep,
     make_reward,
     parse_reward_spec,
 )
@@ -256,6 +257,7 @@ class PolicyRuntime:
         self.config = config
         self._event_sinks = [on_event] if on_event is not None else []
         self._record_sinks = [on_record] if on_record is not None else []
+        self._step_sinks: list[Callable[[RewardStep], None]] = []
         self._log = log or (lambda line: print(line, flush=True))
         self._warn = warn or self._log
         self._clock = clock
@@ -362,12 +364,18 @@ class PolicyRuntime:
         return c
 
     def subscribe(self, *, on_event: Callable[[EpisodeEvent], None] | None = None,
-                  on_record: Callable[[np.ndarray | None, np.ndarray, JointCommand], None] | None = None) -> None:
-        """Add a receiver of episode events and / or of the per-POLICY-tick record (see the class docstring)."""
+                  on_record: Callable[[np.ndarray | None, np.ndarray, JointCommand], None] | None = None,
+                  on_step: Callable[[RewardStep], None] | None = None) -> None:
+        """Add a receiver of episode events, of the per-POLICY-tick record (see the class docstring) and / or of
+        each step the reward modules score (control thread, after the tick's command was sent and the step's
+        success / failure event emitted): the step scores the state read this tick, so it is the outcome of the
+        command sent one tick earlier (the first one of an episode scores its starting state)."""
         if on_event is not None:
             self._event_sinks.append(on_event)
         if on_record is not None:
             self._record_sinks.append(on_record)
+        if on_step is not None:
+            self._step_sinks.append(on_step)
 
     def deactivate(self) -> None:
         """DAMP, stop the loop, send one last damping command (what Ctrl-C does); once per `attach`, so a later
@@ -536,6 +544,9 @@ class PolicyRuntime:
                     tracker.intervention(what, now)
                 if state is not None:
                     result = tracker.step(state, self.policy.commands, now)
+                    if result is not None:
+                        for sink in self._step_sinks:
+                            sink(result)
                     if result is not None and result.done and self.config.end_episode_on_done:
                         c.end_policy()
             elif mode in (Mode.DAMP, Mode.ESTOP):

@@ -172,3 +172,61 @@ def test_an_unknown_transport_is_one_line_naming_the_registered_ones(tmp_path):
     line = str(info.value)
     assert "\n" not in line and line.startswith("transport 'ros' is not available; choose from: ")
     assert {"sim", "dds", "test-link"} <= set(line.split("choose from: ")[1].split(", "))
+
+
+class _ScriptedArm:
+    """A two-joint robot whose state at tick k reads q = (k, -k): enough to tell which tick a frame holds."""
+
+    joint_names = ("a", "b")
+
+    def __init__(self):
+        self.tick = 0
+
+    def read_state(self):
+        from robo_rl.deploy.robot import RobotState
+
+        k = float(self.tick)
+        return RobotState(stamp=k, received=k, joint_names=self.joint_names, q=np.array([k, -k]), dq=np.zeros(2))
+
+    def send_command(self, command):
+        self.tick += 1
+
+    def close(self):
+        pass
+
+
+def test_a_scored_recording_gives_each_frame_the_outcome_of_the_next_tick(tmp_path):
+    """`deploy --record` with reward modules (`scored`): the step scored at tick k (the state read at k) completes the
+    frame of tick k-1; the first step of an episode scores its start (no frame); a done step writes the last scored
+    frame and ends the episode; the command sent on that last tick, never scored, is not written."""
+    from robo_rl.demos.dataset_writer import DatasetWriter
+    from robo_rl.demos.recorder import RecordingRobot, robot_features
+    from robo_rl.deploy.reward_modules import RewardStep
+    from robo_rl.deploy.robot import JointCommand
+
+    arm = _ScriptedArm()
+    features = robot_features(arm.joint_names, {}, 50.0, scored=True)
+    assert {"next.reward", "next.done", "next.terminated", "next.success"} <= set(features)
+    rec = RecordingRobot(arm, DatasetWriter(tmp_path / "rec", fps=50.0, features=features), task="t", scored=True)
+    zeros = np.zeros(2)
+
+    def tick(outcome):
+        rec.read_state()
+        rec.send_command(JointCommand(arm.joint_names, zeros, zeros, zeros, zeros, zeros))
+        rec.outcome(outcome)
+
+    # episode 0: 4 ticks, reward 10 * tick of the state scored; the 4th tick's step succeeds (goal_distance's kind)
+    for k in range(4):
+        tick(RewardStep(10.0 * k, success=k == 3, reward_continues=True))
+    # episode 1: 3 ticks, the 3rd step fails (terminal)
+    for k in range(4, 7):
+        tick(RewardStep(10.0 * k, failure=k == 6))
+    rec.writer.close()
+    ep0, ep1 = (DatasetReader(tmp_path / "rec").episode(i) for i in range(2))
+    assert ep0["observation.state"][:, 0].tolist() == [0, 1, 2]  # the frame of tick 3 was never scored
+    assert ep0["next.reward"].tolist() == [10, 20, 30]  # frame k gets the step scored at tick k + 1
+    assert ep0["next.done"].tolist() == [False, False, True] and ep0["next.success"].tolist() == [False, False, True]
+    assert not ep0["next.terminated"].any()  # goal_distance's success: the reward would continue (a truncation)
+    assert ep1["observation.state"][:, 0].tolist() == [4, 5] and ep1["next.reward"].tolist() == [50, 60]
+    assert ep1["next.terminated"].tolist() == [False, True] and not ep1["next.success"].any()
+    assert rec.report()["frames"] == 5 and rec.report()["dropped"] == 0

@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
 
+from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.dds_settings import DdsSettings  # noqa: E402
@@ -497,18 +498,26 @@ def test_closing_deletes_the_participant_and_its_threads(dds_domain):
 
 @pytest.mark.slow
 def test_deploy_records_over_dds_and_the_episode_replays_over_dds(dds_domain, tmp_path):
-    """`robo-rl deploy --transport dds --record` against `robo-rl twin`, then `robo-rl replay --transport dds`
-    (started by the operator's `start`) reproduces the recorded joints on the same twin."""
+    """`robo-rl deploy --transport dds --record --reward goal_distance` against `robo-rl twin`: each frame carries
+    the reward module's outcome; then `robo-rl replay --transport dds` (started by the operator's `start`)
+    reproduces the recorded joints on the same twin."""
     twin = start_twin(relaxed_hardware(tmp_path, "panda"), dds_domain, log=tmp_path / "twin.log")
     deploy = probe = replay = None
     try:
         deploy, probe = _deploy_and_start(dds_domain, "panda_reach", "panda", tmp_path, "--record",
-                                          str(tmp_path / "rec"))
+                                          str(tmp_path / "rec"), "--reward", "goal_distance")
         probe.target(0.5, 0.1, 0.4)
         time.sleep(2.0)
         log = _finish(deploy, twin=None, tmp_path=tmp_path)
         frames = int(log.split("recorded ")[1].split(" frames")[0])
-        assert frames >= 80 and "dropped 0" in log, log  # ~2 s of POLICY at 50 Hz
+        # up to ~2 s of POLICY at 50 Hz; goal_distance's success (3 cm for 5 ticks) ends the episode sooner
+        assert frames >= 25 and "dropped 0" in log, log
+        ep = DatasetReader(tmp_path / "rec").episode(0, images=False)
+        reward, done = ep["next.reward"], ep["next.done"]  # exp(-d^2 / 0.1^2) of the state one tick later
+        assert len(reward) == frames and np.all((reward > 0) & (reward <= 1)) and reward[-1] > reward[0], reward
+        assert not done[:-1].any() and done[-1] == ep["next.success"][-1] and not ep["next.terminated"].any()
+        if done[-1]:
+            assert reward[-1] > np.exp(-(0.03 / 0.1) ** 2)  # inside the success's 3 cm
         replay = start_cli("replay", str(tmp_path / "rec"), "--robot", relaxed_hardware(tmp_path, "panda"),
                            "--transport", "dds", "--domain-id", str(dds_domain), log=tmp_path / "replay.log",
                            stdin=subprocess.PIPE)

@@ -143,6 +143,11 @@ class RecordingRobot:
         else:
             self._dropped += 1
 
+    def state_camera(self, name: str) -> Camera:
+        """A camera reading the frame that came with the tick's state (`state.images[name]`: a transport that
+        brings the robot's camera topics, e.g. DdsRobot with `cameras`)."""
+        return lambda: self._last_state.images[name]
+
     @property
     def episode_open(self) -> bool:
         """Frames were recorded since the last `end_episode` (an episode is open)."""

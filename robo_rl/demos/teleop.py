@@ -374,9 +374,11 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
 
     RAMP and READY run first; POLICY (teleoperation) starts once READY: the hand holds still until the device moves.
     An input with `end_episode` closes the episode, `quit` (or `max_ticks` ticks of POLICY) ends the session. Every
-    command goes through the deploy core's safety filter (and a Franka's jerk-limited setpoints). Cameras are the sim
-    twin's. With `policy` (an exported .onnx) the recording is in its terms (`PolicyTermsTeleop`): the features
-    `deploy --record` writes (observation.policy, action, command.joint_position), so BC trains on it.
+    command goes through the deploy core's safety filter (and a Franka's jerk-limited setpoints). Cameras: the sim
+    twin renders them on their own thread; over DDS they are the robot's camera topics (`<camera>/image/compressed`,
+    `transport.dds.camera_topics`; `robo-rl twin --cameras`), each frame the newest with the state of its tick.
+    With `policy` (an exported .onnx) the recording is in its terms (`PolicyTermsTeleop`): the features `deploy
+    --record` writes (observation.policy, action, command.joint_position), so BC trains on it.
 
     Returns:
         The recorder's report plus "episodes".
@@ -388,9 +390,9 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     entry = find_transport(transport)
     if not entry.rehearsal:
         realtime = True
-    if cameras and transport != "sim":
-        raise ValueError(f"--cameras {' '.join(cameras)}: camera frames are recorded from the sim twin only; transport "
-                         f"{transport} gives none")
+    frames_from_robot = bool(cameras) and not entry.rehearsal  # the robot's camera topics, not a twin's renderer
+    if frames_from_robot and "cameras" not in entry.options:
+        raise ValueError(f"--cameras {' '.join(cameras)}: transport {transport} gives no camera frames")
     hw = load_hardware(hardware)
     step = kinematics = None
     if policy is not None:
@@ -414,7 +416,8 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
     teleop = EeTeleopPolicy(read, chain, hw, dt, max_speed=max_speed, gripper=gripper)
     driver = teleop if step is None else PolicyTermsTeleop(teleop, step)
     robot = make_robot(transport, hw, dt, realtime=realtime, domain_id=domain_id,
-                       needs_ee=step is not None and observes_ee(step) and kinematics is None)
+                       needs_ee=step is not None and observes_ee(step) and kinematics is None,
+                       cameras=tuple((c, image_size, image_size) for c in cameras) if frames_from_robot else ())
     sim = writer = controller = rec = None
     try:
         if entry.rehearsal:
@@ -423,12 +426,15 @@ def record_teleop(hardware: str, out: str, read: Callable[[], Any], *, task: str
             state = wait_for_fresh_state(robot, 10.0, hw.safety.state_timeout_s, time.monotonic)
             check_reported_joints(state, hw)
             take_control(robot)
-        sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz) if cameras else None
+        if cameras and not frames_from_robot:
+            sim = SimCameras(robot, list(cameras), image_size, image_size, hw.control_rate_hz)
         writer = DatasetWriter(out, fps=hw.control_rate_hz, robot_type=hw.robot, features=robot_features(
             hw.joint_names, {c: (image_size, image_size) for c in cameras}, hw.control_rate_hz,
             policy_dims(step.policy.contract) if step is not None else None))
         rec = RecordingRobot(robot, writer, task=task, recording=False, policy=step,
                              cameras={c: sim.camera(c) for c in cameras} if sim else None)
+        if frames_from_robot:
+            rec.cameras = {c: rec.state_camera(c) for c in cameras}
         start = np.empty(len(hw.joint_names))
         start[hw.index_of(state.joint_names)] = state.q
         clock = time.monotonic if realtime else (lambda: robot.time)

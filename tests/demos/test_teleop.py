@@ -49,6 +49,22 @@ def test_teleoperating_the_twin_moves_the_hand_and_records_it(tmp_path):
     assert reader.episode(0)["observation.images.scene"].shape == (101, 64, 64, 3)
 
 
+def test_teleop_cameras_on_a_transport_that_brings_no_frames_are_refused_before_connecting(tmp_path):
+    """A real transport that lists no `cameras` option: one line naming it, nothing connected, nothing written."""
+    from robo_rl.deploy.robot import TRANSPORTS, Transport
+
+    connected = []
+    TRANSPORTS.register("frameless", Transport(connect=lambda hw, options: connected.append(hw),
+                                               options=frozenset({"domain_id"})))
+    try:
+        with pytest.raises(ValueError, match=r"^--cameras scene: transport frameless gives no camera frames$"):
+            record_teleop(str(REPO / "hardware" / "panda.yaml"), str(tmp_path / "t"), lambda: TeleopInput(np.zeros(3)),
+                          transport="frameless", cameras=("scene",))
+    finally:
+        TRANSPORTS.unregister("frameless")
+    assert connected == [] and not (tmp_path / "t").exists()
+
+
 @pytest.mark.realtime  # key holds and releases are timed
 def test_keyboard_device_reads_a_real_terminal():
     """Keys typed into a pseudo-terminal: held keys move, pressed keys are events, once each."""
@@ -79,21 +95,24 @@ def test_keyboard_device_reads_a_real_terminal():
 
 @pytest.mark.realtime  # the twin runs in its own process over DDS, in real time
 def test_teleop_over_dds_in_a_policys_terms_trains_bc(tmp_path, dds_domain, cli):
-    """`robo-rl record --teleop ... --transport dds --policy X.onnx` against `robo-rl twin`: the operator's targets are
-    executed as the policy's own actions, recorded with its observations (deploy --record's features), and BC for
-    that policy trains on the recording without conversion."""
+    """`robo-rl record --teleop ... --transport dds --policy X.onnx --cameras scene` against `robo-rl twin --cameras
+    scene`: the operator's targets are executed as the policy's own actions, recorded with its observations (deploy
+    --record's features) and the robot's camera frames over DDS, and BC for that policy trains on the recording
+    without conversion."""
     from robo_rl.deploy.actions import ActionMap
     from robo_rl.deploy.policy import OnnxPolicy
     from tests.dds_support import relaxed_hardware, start_twin, stop_process
 
     hardware = relaxed_hardware(tmp_path, "panda")
-    twin = start_twin(hardware, dds_domain, log=tmp_path / "twin.log")
+    twin = start_twin(hardware, dds_domain, "--cameras", "scene", "--image-size", "64", "--camera-rate", "25",
+                      log=tmp_path / "twin.log")
     script = [TeleopInput(np.array([1.0, 0, 0]))] * 40 + [TeleopInput(np.zeros(3), end_episode=True)] \
         + [TeleopInput(np.array([0, 0, -1.0]))] * 40
     feed = iter(script + [TeleopInput(np.zeros(3))] * 1000)
     try:
         report = record_teleop(hardware, str(tmp_path / "teleop"), lambda: next(feed), max_ticks=81, transport="dds",
-                               domain_id=dds_domain, policy=str(REPO / "policies" / "panda_reach.onnx"))
+                               domain_id=dds_domain, policy=str(REPO / "policies" / "panda_reach.onnx"),
+                               cameras=("scene",), image_size=48)
     finally:
         stop_process(twin)
     assert report["episodes"] == 2 and report["dropped"] == 0, report
@@ -102,6 +121,10 @@ def test_teleop_over_dds_in_a_policys_terms_trains_bc(tmp_path, dds_domain, cli)
     assert reader.features["observation.policy"]["shape"] == [27] and reader.features["action"]["shape"] == [7]
     ep = reader.episode(0)
     assert ep["action"].shape == (41, 7) and np.abs(ep["action"]).max() > 0.05  # the hand moved: actions non-zero
+    # the twin's 64 x 64 frames over DDS, fitted to the 48 asked for; the arm moved in the picture
+    images = ep["observation.images.scene"]
+    assert images.shape == (41, 48, 48, 3) and images.dtype == np.uint8
+    assert np.abs(images[-1].astype(int) - images[0].astype(int)).mean() > 0.5
     # the recorded actions are the ones executed: the policy's action terms give the recorded joint targets
     contract = OnnxPolicy(REPO / "policies" / "panda_reach.onnx").contract
     actions = ActionMap(contract)

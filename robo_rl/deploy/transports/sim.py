@@ -468,5 +468,6 @@ def connect_twin(hw: HardwareSpec, options: ConnectOptions) -> SimRobot:
 
 
 TRANSPORTS.register("sim", Transport(connect=connect_twin, rehearsal=True,
-                                     options=frozenset({"latency_s", "noise_std", "seed", "scene"}),
+                                     options=frozenset({"latency_s", "noise_std", "seed", "scene", "cameras",
+                                                        "render"}),
                                      help="the MuJoCo twin, in-process (real time, or fast-forward in tests)"))

@@ -41,6 +41,6 @@ def operator_link(robot: DdsRobot, handler: OperatorHandler) -> DdsOperatorLink:
 
 
 TRANSPORTS.register("dds", Transport(connect=connect_dds, operator_link=operator_link, serve_twin=serve_twin,
-                                     options=frozenset({"domain_id", "command_interface"}),
+                                     options=frozenset({"domain_id", "command_interface", "cameras"}),
                                      help="a real robot or `robo-rl twin` over DDS (ROS 2 wire format or Unitree's "
                                           "lowstate / lowcmd)"))

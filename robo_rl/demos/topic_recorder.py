@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from robo_rl.demos.dataset_writer import DatasetWriter
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_messages as rm
 
 END_KINDS = ("success", "failure", "reset")
@@ -109,7 +110,7 @@ class TopicRecorder:
             self._dq[index] = np.asarray(dq)[mine] if dq is not None and len(dq) else 0.0
 
     def on_command(self, msg: Any) -> None:
-        command = rm.decode_command(msg, self.interface, self.hw)  # robot joint order
+        command = rc.decode_command(msg, self.interface, self.hw)  # robot joint order
         with self._lock:
             self._target = np.asarray(command.q, dtype=np.float64).copy()
 

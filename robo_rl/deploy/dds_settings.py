@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
-from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import HardwareSpec
 from robo_rl.deploy.ros_interface import TopicSpec
 
@@ -97,7 +97,7 @@ class DdsSettings:
     def validate(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"transport.dds.profile {self.profile!r}: allowed values are {', '.join(PROFILES)}")
-        rm.check_command_interface(self.command_interface)
+        rc.check_command_interface(self.command_interface)
         if self.sport_mode not in SPORT_MODE_POLICIES:
             raise ValueError(f"transport.dds.sport_mode {self.sport_mode!r}: allowed values are "
                              f"{', '.join(SPORT_MODE_POLICIES)}")

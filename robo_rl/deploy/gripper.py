@@ -20,7 +20,7 @@ import numpy as np
 
 from robo_rl.deploy.hardware import GripperConfig, HardwareSpec
 from robo_rl.deploy.robot import JointCommand
-from robo_rl.deploy.ros_messages import command_subset
+from robo_rl.deploy.ros_commands import command_subset
 
 DEADBAND_M = 1e-5
 """A target change below this (m) is no change of course."""

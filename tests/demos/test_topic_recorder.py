@@ -12,6 +12,7 @@ from robo_rl.demos.dataset_writer import DatasetWriter
 from robo_rl.demos.recorder import robot_features
 from robo_rl.demos.rosbag_format import message_types
 from robo_rl.demos.topic_recorder import TopicRecorder
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.robot import JointCommand
@@ -31,7 +32,7 @@ def joint_state(q: np.ndarray, order: list[int]):
 def command(q: np.ndarray):
     n = len(q)
     cmd = JointCommand(PANDA.joint_names, q, np.zeros(n), np.array(PANDA.kp), np.array(PANDA.kd), np.zeros(n))
-    return rm.encode_command(TYPES, "pd_targets", cmd, 0.02)
+    return rc.encode_command(TYPES, "pd_targets", cmd, 0.02)
 
 
 def test_frames_hold_the_newest_values_by_name_and_episodes_follow_events(tmp_path):

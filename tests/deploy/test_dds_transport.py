@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("cyclonedds", reason="needs cyclonedds (the dds extra)")
 
 from robo_rl.demos.dataset_reader import DatasetReader  # noqa: E402
+from robo_rl.deploy import ros_commands as rc  # noqa: E402
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.dds_settings import DdsSettings  # noqa: E402
@@ -210,7 +211,7 @@ def test_estop_over_dds_damps_at_once_and_no_policy_command_follows(dds_deploy):
     assert all(_is_damping(cmd, hw) for cmd in after)  # ... and no policy command follows
     assert before and (before[-1].kp > 0).all()  # POLICY ran until then
     # The same on the wire: once damping appears there, no command with stiffness follows.
-    wire = [rm.decode_command(msg, "pd_targets", hw) for _, msg in probe.heard[PD_TOPIC]]
+    wire = [rc.decode_command(msg, "pd_targets", hw) for _, msg in probe.heard[PD_TOPIC]]
     first = next(i for i, cmd in enumerate(wire) if (cmd.kp == 0).all())
     assert first > 0 and all((cmd.kp == 0).all() for cmd in wire[first:])
     assert runtime.request("start")[0] is False  # latched

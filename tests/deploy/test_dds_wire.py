@@ -15,6 +15,7 @@ rosbags_typesys = pytest.importorskip("rosbags.typesys", reason="needs rosbags (
 import cyclonedds.pub  # noqa: E402
 
 from robo_rl.demos.rosbag_format import message_types  # noqa: E402
+from robo_rl.deploy import ros_commands as rc  # noqa: E402
 from robo_rl.deploy import ros_interface as names  # noqa: E402
 from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
@@ -51,9 +52,9 @@ def messages(types: rm.MessageTypes, seed: int) -> dict[str, object]:
         names.TWIST: rm.twist_message(types, rng.normal(size=3), rng.normal(size=3)),
         names.POINT_STAMPED: rm.point_stamped_message(types, rng.normal(size=3), stamp, "panda_link0"),
         names.POSE_STAMPED: rm.pose_stamped_message(types, rng.normal(size=3), quat, stamp),
-        names.FLOAT64_MULTI_ARRAY: rm.encode_command(types, "pd_targets", cmd, 0.02),
+        names.FLOAT64_MULTI_ARRAY: rc.encode_command(types, "pd_targets", cmd, 0.02),
         names.FLOAT32_MULTI_ARRAY: rm.multi_array_message(types, rng.normal(size=45), ("obs",), float32=True),
-        names.JOINT_TRAJECTORY: rm.encode_command(types, "joint_trajectory", cmd, 0.02),
+        names.JOINT_TRAJECTORY: rc.encode_command(types, "joint_trajectory", cmd, 0.02),
         names.BOOL: rm.bool_message(types, True),
         names.STRING: rm.string_message(types, "start"),
         names.DIAGNOSTIC_ARRAY: rm.diagnostic_array_message(types, stamp, "robo_rl_policy", "warn", "DAMP (stale)",
@@ -169,10 +170,10 @@ def test_command_encoding_round_trips_through_ros2_bytes(interface):
     n = len(hw.joint_names)
     cmd = JointCommand(hw.joint_names, RNG.normal(size=n), RNG.normal(size=n), RNG.uniform(0, 50, n),
                        RNG.uniform(0, 2, n), RNG.normal(size=n))
-    msg = rm.encode_command(ros_types, interface, cmd, 0.02)
+    msg = rc.encode_command(ros_types, interface, cmd, 0.02)
     ros_type = names.COMMAND_TOPICS[interface].ros_type
     ours = dt.ROS_STRUCTS[ros_type].deserialize(bytes(ts.serialize_cdr(msg, ros_type)))
-    back = rm.decode_command(ours, interface, hw)
+    back = rc.decode_command(ours, interface, hw)
     np.testing.assert_array_equal(back.q, cmd.q)
     if interface == "pd_targets":  # the only interface that carries gains and torque
         for field in ("dq", "kp", "kd", "tau"):
@@ -189,11 +190,11 @@ def test_command_encoding_round_trips_through_ros2_bytes(interface):
 def test_decode_refuses_commands_that_do_not_fit_the_robot():
     types = dt.dds_message_types()
     with pytest.raises(ValueError, match=r"pd_targets: shape \(5, 11\), expected \(5, 12\)"):
-        rm.decode_command(rm.multi_array_message(types, np.zeros((5, 11)), ("command", "joints")), "pd_targets", GO2)
+        rc.decode_command(rm.multi_array_message(types, np.zeros((5, 11)), ("command", "joints")), "pd_targets", GO2)
     with pytest.raises(ValueError, match="forward_position: 3 values for 12 joints"):
-        rm.decode_command(rm.multi_array_message(types, np.zeros(3), ("joints",)), "forward_position", GO2)
+        rc.decode_command(rm.multi_array_message(types, np.zeros(3), ("joints",)), "forward_position", GO2)
     with pytest.raises(ValueError, match="command_interface 'effort': allowed values are"):
-        rm.decode_command(None, "effort", GO2)
+        rc.decode_command(None, "effort", GO2)
 
 
 def test_time_fields_follow_ros2_convention():

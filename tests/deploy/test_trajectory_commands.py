@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.robot import JointCommand
 
@@ -31,7 +32,7 @@ def point(msg):
 
 
 def test_velocities_follow_consecutive_targets_and_time_from_start_is_the_period():
-    encode = rm.CommandEncoder(TYPES, "joint_trajectory", PERIOD)
+    encode = rc.CommandEncoder(TYPES, "joint_trajectory", PERIOD)
     targets = [np.array([0.0, 0.1, -0.2]) + k * np.array([0.01, -0.02, 0.0]) for k in range(4)]
     msgs = [encode(command(q)) for q in targets]
     _, v0, t0 = point(msgs[0])
@@ -44,7 +45,7 @@ def test_velocities_follow_consecutive_targets_and_time_from_start_is_the_period
 
 
 def test_the_commands_own_dq_wins_and_damping_comes_to_rest():
-    encode = rm.CommandEncoder(TYPES, "joint_trajectory", PERIOD)
+    encode = rc.CommandEncoder(TYPES, "joint_trajectory", PERIOD)
     encode(command([0.0, 0.0, 0.0]))
     _, v, _ = point(encode(command([0.1, 0.1, 0.1], dq=[0.3, 0.0, -0.3])))
     np.testing.assert_array_equal(v, [0.3, 0.0, -0.3])
@@ -55,7 +56,7 @@ def test_the_commands_own_dq_wins_and_damping_comes_to_rest():
 
 
 def test_velocities_are_clipped_to_the_joint_limits():
-    encode = rm.CommandEncoder(TYPES, "joint_trajectory", PERIOD, velocity_limits=np.array([1.0, 1.0, 1.0]))
+    encode = rc.CommandEncoder(TYPES, "joint_trajectory", PERIOD, velocity_limits=np.array([1.0, 1.0, 1.0]))
     encode(command([0.0, 0.0, 0.0]))
     _, v, _ = point(encode(command([0.2, -0.2, 0.01])))  # a 0.2 rad step in 20 ms asks for 10 rad/s
     np.testing.assert_allclose(v, [1.0, -1.0, 0.5])
@@ -63,7 +64,7 @@ def test_velocities_are_clipped_to_the_joint_limits():
 
 def test_a_command_for_some_joints_is_clipped_to_their_own_limits():
     """An arm's command without the gripper joint (franka_gripper moves that one) against the robot's limits."""
-    encode = rm.CommandEncoder(TYPES, "joint_trajectory", PERIOD, velocity_limits=np.array([1.0, 2.0, 0.1, 3.0]),
+    encode = rc.CommandEncoder(TYPES, "joint_trajectory", PERIOD, velocity_limits=np.array([1.0, 2.0, 0.1, 3.0]),
                                joint_names=("j0", "j1", "finger", "j2"))
     encode(command([0.0, 0.0, 0.0]))
     _, v, _ = point(encode(command([0.2, -0.2, 0.2])))
@@ -72,7 +73,7 @@ def test_a_command_for_some_joints_is_clipped_to_their_own_limits():
 
 def test_other_interfaces_are_unchanged():
     cmd = command([0.1, 0.2, 0.3])
-    encode = rm.CommandEncoder(TYPES, "forward_position", PERIOD)
+    encode = rc.CommandEncoder(TYPES, "forward_position", PERIOD)
     np.testing.assert_array_equal(encode(cmd).data, [0.1, 0.2, 0.3])
-    rows = rm.CommandEncoder(TYPES, "pd_targets", PERIOD)(cmd)
+    rows = rc.CommandEncoder(TYPES, "pd_targets", PERIOD)(cmd)
     assert [d.size for d in rows.layout.dim] == [5, 3]

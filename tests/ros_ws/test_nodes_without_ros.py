@@ -18,6 +18,7 @@ import pytest
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.hardware import load_hardware
+from robo_rl.deploy.robot import JointCommand
 from robo_rl.deploy.runtime import default_pose, load_for_deploy
 from tests.conftest import REPO
 from tests.ros_ws import fake_ros
@@ -193,7 +194,7 @@ def test_go2_unitree_profile_reads_lowstate_and_sends_lowcmd_with_crc(ros):
     assert ros.deliver("/lowstate", ur.low_state_to_ros(low, classes)) == 1
     assert node.robot.read_state().joint_names == go2.joint_names
     n = len(go2.joint_names)
-    cmd = rm.JointCommand(go2.joint_names, np.full(n, 0.1), np.zeros(n), go2.kp, go2.kd, np.zeros(n))
+    cmd = JointCommand(go2.joint_names, np.full(n, 0.1), np.zeros(n), go2.kp, go2.kd, np.zeros(n))
     node.robot.send_command(cmd)
     sent = ur.low_cmd_from_ros(lowcmd.published[-1])
     np.testing.assert_allclose(unitree.read_low_cmd(sent, go2).q, 0.1, atol=1e-6)  # CRC verified

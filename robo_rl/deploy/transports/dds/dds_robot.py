@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.camera_frames import load_cv2, read_compressed_image
@@ -66,7 +67,7 @@ class DdsRobot:
         self._own_endpoint = endpoint is None
         self.endpoint = endpoint or DdsEndpoint(domain_id)
         self.types = dt.dds_message_types()
-        self._encode = rm.CommandEncoder(self.types, settings.command_interface, control_dt, hw.velocity_limits,
+        self._encode = rc.CommandEncoder(self.types, settings.command_interface, control_dt, hw.velocity_limits,
                                          hw.joint_names)
         legged = hw.kind == "legged"
         self.state = rm.StateAssembler(hw, needs_imu=legged, needs_ee=needs_ee and settings.profile == "ros2")

@@ -12,6 +12,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from robo_rl.core.assets import find_asset
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.camera_frames import compressed_image_message
@@ -96,14 +97,14 @@ class DdsTwinServer:
 
     def _on_command(self, msg: Any, received: float) -> None:
         try:
-            cmd = rm.decode_command(msg, self.settings.command_interface, self.hw)
+            cmd = rc.decode_command(msg, self.settings.command_interface, self.hw)
         except ValueError as exc:
             self._reject(exc)
             return
         if self.settings.command_interface == "joint_trajectory":  # a trajectory controller drives its joints only
             named = np.isin(self.hw.joint_names, self.hw.robot_names([str(j) for j in msg.joint_names]))
             if not named.all():
-                cmd = rm.command_subset(cmd, np.flatnonzero(named))
+                cmd = rc.command_subset(cmd, np.flatnonzero(named))
         self._apply(cmd)
 
     def _on_low_cmd(self, msg: dt.LowCmd_, received: float) -> None:

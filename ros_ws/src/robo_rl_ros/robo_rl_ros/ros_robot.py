@@ -8,6 +8,7 @@ import time
 
 from rclpy.callback_groups import ReentrantCallbackGroup
 
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.dds_settings import DdsSettings
@@ -69,7 +70,7 @@ class RosRobot:
     namespace, topic overrides; launch remappings apply on top).
 
     - `ros2` profile: state from joint_states (+ imu for legged robots, ee_position when the policy observes it),
-      commands on the command interface's topic (joint_trajectory points with velocities, rm.CommandEncoder).
+      commands on the command interface's topic (joint_trajectory points with velocities, rc.CommandEncoder).
     - `unitree` profile (a Go2 through unitree_ros2): unitree_go/msg/LowState in, LowCmd out with the CRC, converted
       by robo_rl.deploy.transports.dds.unitree_ros (needs robo_rl[dds] and unitree_ros2's unitree_go package).
       `take_control` releases the onboard sport mode through the motion switcher over DDS, as the DDS path does.
@@ -119,7 +120,7 @@ class RosRobot:
             self._subs.append(sub(CLASSES[names.POINT_STAMPED], self.topics["ee"], self.state.on_ee_position, sensor,
                                   callback_group=group))
         spec = names.COMMAND_TOPICS[settings.command_interface]
-        self._encode = rm.CommandEncoder(message_types(), settings.command_interface, control_dt, hw.velocity_limits,
+        self._encode = rc.CommandEncoder(message_types(), settings.command_interface, control_dt, hw.velocity_limits,
                                          hw.joint_names)
         self._pub = node.create_publisher(CLASSES[spec.ros_type], self.command_topic, qos(spec.qos))
 

@@ -19,6 +19,7 @@ import time
 from rclpy.node import Node
 
 from robo_rl.core.assets import find_asset
+from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
 from robo_rl.deploy.dds_settings import for_ros_node
@@ -71,7 +72,7 @@ class SimRobotNode(Node):
 
     def _on_command(self, msg) -> None:
         try:
-            self.robot.send_command(rm.decode_command(msg, self.interface, self.hw))
+            self.robot.send_command(rc.decode_command(msg, self.interface, self.hw))
         except ValueError as exc:
             self.rejected += 1
             self.get_logger().warning(f"command rejected: {exc}", throttle_duration_sec=1.0)

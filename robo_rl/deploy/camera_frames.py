@@ -5,15 +5,20 @@ read over DDS equals the frame the twin drew. A decoded frame is fitted to the s
 image input, a reward classifier's) the way `success_classifier.preprocess_frame` fits one: centre crop to the aspect
 ratio, then cv2.INTER_AREA. `compressed_image_message` / `read_compressed_image` build and read the message by its ROS
 field names in any binding (the DDS struct, rosbags', rclpy's). OpenCV (opencv-python-headless) is imported when the
-first frame is encoded or decoded: a robot without cameras needs none.
+first frame is encoded or decoded: a robot without cameras needs none. `CameraFrames` keeps the newest frame of each
+camera a robot's state carries, for every transport that brings them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from robo_rl.deploy.robot import RobotState
 from robo_rl.deploy.ros_messages import MessageTypes, make_header, stamp_seconds
 
 FORMATS = ("png", "jpeg")
@@ -88,3 +93,42 @@ def read_compressed_image(msg: Any, size: tuple[int, int] | None = None) -> tupl
     """(frame (H, W, 3) uint8 RGB, fitted to `size` when given; header stamp in s) of a CompressedImage."""
     raw = msg.data if isinstance(msg.data, (bytes, bytearray)) else bytes(np.asarray(msg.data, np.uint8))
     return decode_frame(raw, size), stamp_seconds(msg.header.stamp)
+
+
+class CameraFrames:
+    """The newest frame of each camera a robot's state carries, as its CompressedImage topics deliver them (any
+    transport's listener threads: DdsRobot's readers, RosRobot's subscriptions).
+
+    Args:
+        cameras: (name, height, width) of each camera: frames are fitted to that size as they arrive.
+        topic: the topic of a camera name (the hardware file's `transport.dds.camera_topics`, else
+            `<camera>/image/compressed`).
+    """
+
+    def __init__(self, cameras: tuple[tuple[str, int, int], ...], topic: Callable[[str], str]):
+        self.sizes = {name: (int(h), int(w)) for name, h, w in cameras}
+        self.topics = {name: topic(name) for name in self.sizes}
+        self._frames: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()
+        if self.sizes:
+            load_cv2()  # one line now when OpenCV is missing, not a count of failed frames later
+
+    def on_message(self, camera: str, msg: Any) -> None:
+        """Decode one CompressedImage of `camera` (listener thread); ValueError (one line) for bytes that are no
+        image, left to the listener to count."""
+        rgb, _ = read_compressed_image(msg, self.sizes[camera])  # (H, W, 3) uint8 at the size asked for
+        with self._lock:
+            self._frames[camera] = rgb
+
+    def attach(self, state: RobotState) -> RobotState:
+        """`state` with the newest frame of each camera as its `images` (itself when there are no cameras)."""
+        if not self.sizes:
+            return state
+        with self._lock:
+            frames = dict(self._frames)
+        return dataclasses.replace(state, images=frames)
+
+    def missing(self) -> list[str]:
+        """Topics of the cameras no frame has come from yet."""
+        with self._lock:
+            return [self.topics[c] for c in self.sizes if c not in self._frames]

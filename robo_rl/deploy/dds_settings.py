@@ -160,6 +160,12 @@ class DdsSettings:
                 "ee": place(self.ee_topic or names.EE_POSITION.name),
                 "command": place(self.command_topic or spec.name)}
 
+    def ros_camera_topic(self, camera: str) -> str:
+        """ROS 2 name of camera `camera`'s CompressedImage topic (camera_topics, else `<camera>/image/compressed`),
+        placed as `ros_topics` places the robot's."""
+        topic = (self.camera_topics or {}).get(camera) or names.camera_topic(camera).name
+        return names.resolve_topic(topic, self.namespace) if self.namespace else topic
+
     def gripper_ros_names(self) -> dict[str, str]:
         """ROS 2 names of franka_gripper's state topic ("state") and its actions ("move", "grasp"), under the hardware's
         gripper.namespace, placed as `ros_topics` places the arm's (relative without a namespace)."""

@@ -71,7 +71,7 @@ def test_the_twins_camera_reaches_the_deploy_core_over_dds(dds_domain, tmp_path)
         state = robot.wait_for_state(30.0, fresh_within_s=0.4)
         frame = state.images["scene"]
         assert frame.shape == (48, 64, 3) and frame.dtype == np.uint8 and frame.std() > 5  # a drawn scene
-        assert robot.camera_topics == {"scene": "rt/scene/image/compressed"}
+        assert robot.frames.topics == {"scene": "rt/scene/image/compressed"}
     finally:
         robot.close()
     lonely = DdsRobot(hw, settings, control_dt=0.02, domain_id=dds_domain, cameras=(("wrist", 64, 64),))

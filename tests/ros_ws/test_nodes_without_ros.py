@@ -382,3 +382,42 @@ def test_recorder_samples_on_its_own_callback_group_and_names_cameras_by_path(ro
         "franka/joint_states", "joint_trajectory_controller/joint_trajectory", f"{names.POLICY_NODE}/episode_events"}
     node.close()
     sample[0].callback()  # a tick after close records nothing and raises nothing
+
+
+def test_ros_robot_carries_the_newest_frame_of_each_camera_it_is_asked_for(ros):
+    """RosRobot(cameras=...): a subscription per camera on `<camera>/image/compressed` (the hardware file's
+    camera_topics override it), frames fitted to the size asked for and carried in the state's `images`; a state is
+    not fresh until every camera sent a frame (one line naming the topic); bytes that are no image are counted and
+    said once, never raised into the executor; close destroys the subscriptions."""
+    fake_ros._init()
+    from rclpy.node import Node
+    from robo_rl_ros.messages import CLASSES, message_types
+    from robo_rl_ros.ros_robot import RosRobot
+
+    from robo_rl.deploy.camera_frames import compressed_image_message
+    from robo_rl.deploy.dds_settings import for_ros_node
+
+    hw = load_hardware(PANDA)
+    node = Node(names.POLICY_NODE)
+    robot = RosRobot(node, hw, for_ros_node(hw, None), control_dt=0.02, needs_ee=False, cameras=(("wrist", 32, 48),))
+    assert robot.frames.topics == {"wrist": "wrist/image/compressed"}
+    types, now = message_types(), time.time()
+    n = len(hw.joint_names)
+    ros.deliver(robot.state_topic, rm.joint_state_message(types, hw.joint_names, np.zeros(n), np.zeros(n), None, now))
+    with pytest.raises(ValueError, match=r"^no camera frames on wrist/image/compressed within 0.05 s; "):
+        robot.wait_for_state(0.05, fresh_within_s=10.0)
+    rgb = np.random.default_rng(0).integers(0, 256, (64, 96, 3), dtype=np.uint8)  # 2:3 like 32 x 48: resized only
+    image = CLASSES[names.COMPRESSED_IMAGE]
+    assert ros.deliver("wrist/image/compressed", compressed_image_message(types, image, rgb, now)) == 1
+    state = robot.wait_for_state(1.0, fresh_within_s=10.0)
+    assert state.images["wrist"].shape == (32, 48, 3)
+    import cv2
+
+    np.testing.assert_array_equal(state.images["wrist"], cv2.resize(rgb, (48, 32), interpolation=cv2.INTER_AREA))
+    for _ in range(2):
+        ros.deliver("wrist/image/compressed", image(header=rm.make_header(types, now), format="png", data=b"no image"))
+    assert robot.bad_frames == 2 and [line for level, line in node.logger.lines if level == "error"] == [
+        "camera wrist: a camera frame of 8 bytes could not be decoded (not PNG or JPEG?)"]
+    assert np.array_equal(robot.read_state().images["wrist"], state.images["wrist"])  # the last good frame stays
+    robot.close()
+    assert node.subscriptions == [] and node.publishers == []

@@ -40,8 +40,8 @@ class Ros2Robot:
 
     Args:
         hw: the robot.
-        options: control_dt, needs_ee, command_interface (None: the hardware file's profile and interface) and
-            domain_id (used when rclpy is initialised here).
+        options: control_dt, needs_ee, command_interface (None: the hardware file's profile and interface),
+            cameras (the robot's CompressedImage topics) and domain_id (used when rclpy is initialised here).
     """
 
     def __init__(self, hw: HardwareSpec, options: ConnectOptions):
@@ -51,7 +51,7 @@ class Ros2Robot:
             rclpy.init(domain_id=check_domain_id(options.domain_id), signal_handler_options=SignalHandlerOptions.NO)
         self.node = Node(f"robo_rl_robot_{os.getpid()}")
         try:
-            self.robot = RosRobot(self.node, hw, settings, options.control_dt, options.needs_ee)
+            self.robot = RosRobot(self.node, hw, settings, options.control_dt, options.needs_ee, options.cameras)
         except BaseException:
             self._shutdown()
             raise
@@ -102,5 +102,6 @@ def connect_ros2(hw: HardwareSpec, options: ConnectOptions) -> Ros2Robot:
     return Ros2Robot(hw, options)
 
 
-TRANSPORTS.register("ros2", Transport(connect=connect_ros2, options=frozenset({"domain_id", "command_interface"}),
+TRANSPORTS.register("ros2", Transport(connect=connect_ros2,
+                                      options=frozenset({"domain_id", "command_interface", "cameras"}),
                                       help="a robot's ROS 2 topics through rclpy (a sourced workspace)"))

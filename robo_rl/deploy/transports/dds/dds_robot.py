@@ -20,18 +20,15 @@ All names come from `robo_rl.deploy.ros_interface`.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
-from robo_rl.deploy.camera_frames import load_cv2, read_compressed_image
+from robo_rl.deploy.camera_frames import CameraFrames
 from robo_rl.deploy.dds_settings import DdsSettings
 from robo_rl.deploy.gripper import GripperCommander, GripperGoal, goal_message
 from robo_rl.deploy.hardware import HardwareSpec
@@ -108,27 +105,10 @@ class DdsRobot:
         else:
             self.state.needs_gripper = False
         self._read_lock = threading.Lock()
-        self.cameras = {name: (int(h), int(w)) for name, h, w in cameras}
-        self.camera_topics = {name: settings.camera_topic(name) for name in self.cameras}
-        self._frames: dict[str, np.ndarray] = {}
-        self._frames_lock = threading.Lock()
-        if self.cameras:
-            load_cv2()  # one line now when OpenCV is missing, not a count of failed frames later
-        for name, topic in self.camera_topics.items():
+        self.frames = CameraFrames(cameras, settings.camera_topic)
+        for name, topic in self.frames.topics.items():
             ep.reader(topic, dt.CompressedImage, names.SENSOR_QOS,
-                      lambda msg, received, name=name: self._on_frame(name, msg))
-
-    def _on_frame(self, camera: str, msg: Any) -> None:
-        rgb, _ = read_compressed_image(msg, self.cameras[camera])  # (H, W, 3) uint8 at the size asked for
-        with self._frames_lock:
-            self._frames[camera] = rgb
-
-    def _with_frames(self, state: RobotState) -> RobotState:
-        if not self.cameras:
-            return state
-        with self._frames_lock:
-            frames = dict(self._frames)
-        return dataclasses.replace(state, images=frames)
+                      lambda msg, received, name=name: self.frames.on_message(name, msg))
 
     def __str__(self) -> str:
         interface = f", {self.settings.command_interface}" if self.settings.profile == "ros2" else ""
@@ -152,8 +132,7 @@ class DdsRobot:
         state = self.state.latest()
         if state is None:
             raise RuntimeError(f"no robot state received yet on {self.state_topic} (domain {self.endpoint.domain_id})")
-        state = self._with_frames(state)
-        return state
+        return self.frames.attach(state)
 
     def send_command(self, command: JointCommand) -> None:
         if self._writer is None:
@@ -202,10 +181,9 @@ class DdsRobot:
         while True:
             self.poll()
             state = self.state.latest()
-            with self._frames_lock:
-                missing = [self.camera_topics[c] for c in self.cameras if c not in self._frames]
+            missing = self.frames.missing()
             if state is not None and clock() - state.received <= fresh_within_s and not missing:
-                return self._with_frames(state)
+                return self.frames.attach(state)
             if clock() > end:
                 if state is not None and missing:
                     bad = self.endpoint.last_callback_error

@@ -14,7 +14,7 @@ from geometry_msgs.msg import Point, PointStamped, Pose, PoseStamped, Quaternion
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.signals import SignalHandlerOptions
-from sensor_msgs.msg import Imu, JointState
+from sensor_msgs.msg import CompressedImage, Imu, JointState
 from std_msgs.msg import (
     Bool,
     Float32MultiArray,
@@ -33,6 +33,7 @@ from robo_rl.deploy.shutdown import ShutdownRequest, run_teardown
 CLASSES = {
     "sensor_msgs/msg/JointState": JointState,
     "sensor_msgs/msg/Imu": Imu,
+    "sensor_msgs/msg/CompressedImage": CompressedImage,
     "geometry_msgs/msg/Twist": Twist,
     "geometry_msgs/msg/PointStamped": PointStamped,
     "geometry_msgs/msg/PoseStamped": PoseStamped,

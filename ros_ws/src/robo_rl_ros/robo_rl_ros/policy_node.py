@@ -40,6 +40,7 @@ from robo_rl.deploy import ros_parameters as params
 from robo_rl.deploy.dds_settings import for_ros_node
 from robo_rl.deploy.robot import take_control
 from robo_rl.deploy.runtime import PolicyRuntime, needs_reported_ee, wait_for_fresh_state
+from robo_rl.deploy.session import camera_options
 from robo_rl_ros.messages import CLASSES, message_types, qos, run_node
 from robo_rl_ros.ros_robot import RosRobot
 
@@ -94,7 +95,8 @@ class PolicyNode(LifecycleNode):
             runtime.configure()
             settings = for_ros_node(runtime.hw, config.command_interface)
             robot = RosRobot(self, runtime.hw, settings, runtime.policy.policy.contract.policy_dt,
-                             needs_reported_ee(runtime))  # franka_ros2 sends no ee_position: forward kinematics
+                             needs_reported_ee(runtime),  # franka_ros2 sends no ee_position: forward kinematics
+                             camera_options(runtime.policy, config.rewards)["cameras"])  # the policy's, classifiers'
         except ValueError as exc:
             log.error(f"configure failed: {exc}")
             return TransitionCallbackReturn.FAILURE

@@ -11,6 +11,7 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy import ros_messages as rm
+from robo_rl.deploy.camera_frames import CameraFrames
 from robo_rl.deploy.dds_settings import DdsSettings
 from robo_rl.deploy.gripper import GripperCommander, GripperGoal, GripperTypes, goal_message
 from robo_rl.deploy.hardware import HardwareSpec
@@ -75,12 +76,17 @@ class RosRobot:
       by robo_rl.deploy.transports.dds.unitree_ros (needs robo_rl[dds] and unitree_ros2's unitree_go package).
       `take_control` releases the onboard sport mode through the motion switcher over DDS, as the DDS path does.
 
+    Cameras (`cameras`: those a policy or a reward classifier reads) arrive as sensor_msgs/CompressedImage on
+    `<camera>/image/compressed` (or the hardware file's `transport.dds.camera_topics`), decoded in their callbacks and
+    fitted to the size asked for; the state's `images` carry the newest frame of each (CameraFrames, as DdsRobot's).
+
     Subscriptions run in their own reentrant callback group, so they keep arriving while a lifecycle
     transition (on_activate waiting for fresh state) holds the node's default group. The command publisher is a plain
     publisher, not a lifecycle one: the last damping command must go out whatever the node's state.
     """
 
-    def __init__(self, node, hw: HardwareSpec, settings: DdsSettings, control_dt: float, needs_ee: bool):
+    def __init__(self, node, hw: HardwareSpec, settings: DdsSettings, control_dt: float, needs_ee: bool,
+                 cameras: tuple[tuple[str, int, int], ...] = ()):
         self.node = node
         self.hw = hw
         self.settings = settings
@@ -90,11 +96,15 @@ class RosRobot:
         self.topics = settings.ros_topics()
         self.state_topic, self.command_topic = self.topics["joints"], self.topics["command"]
         self.released_mode = ""
+        self.bad_frames = 0  # camera messages that could not be decoded
         self._switcher = self._endpoint = None
         self.gripper: RosGripper | None = None
         group = ReentrantCallbackGroup()
         sensor = qos(names.SENSOR_QOS)
         sub = node.create_subscription
+        self.frames = CameraFrames(cameras, settings.ros_camera_topic)  # ValueError (one line) without OpenCV
+        self._subs = [sub(CLASSES[names.COMPRESSED_IMAGE], topic, lambda m, c=camera: self._on_frame(c, m), sensor,
+                          callback_group=group) for camera, topic in self.frames.topics.items()]
         if self.profile == "unitree":
             try:
                 from robo_rl.deploy.transports.dds import unitree_ros  # cyclonedds: the unitree profile only
@@ -103,16 +113,16 @@ class RosRobot:
                                  "'robo_rl[deploy,dds]' (docs/deploy.md, ROS 2)") from None
             self._unitree = unitree_ros
             self._classes = unitree_classes()
-            self._subs = [sub(self._classes["LowState"], self.state_topic,
-                              lambda m: unitree_ros.store_ros_low_state(self.state, m, hw), sensor,
-                              callback_group=group)]
+            self._subs.append(sub(self._classes["LowState"], self.state_topic,
+                                  lambda m: unitree_ros.store_ros_low_state(self.state, m, hw), sensor,
+                                  callback_group=group))
             self._pub = node.create_publisher(self._classes["LowCmd"], self.command_topic, qos(names.COMMAND_QOS))
             return
         # first: without franka_msgs it refuses (one line) before anything else is made
         self.gripper = RosGripper(node, hw, settings, self.state, group) if hw.gripper is not None else None
         self.state.needs_gripper = self.gripper is not None
-        self._subs = [sub(CLASSES[names.JOINT_STATE], self.state_topic, self.state.on_joint_state, sensor,
-                          callback_group=group)]
+        self._subs.append(sub(CLASSES[names.JOINT_STATE], self.state_topic, self.state.on_joint_state, sensor,
+                              callback_group=group))
         if self.state.needs_imu:
             self._subs.append(sub(CLASSES[names.IMU], self.topics["imu"], self.state.on_imu, sensor,
                                   callback_group=group))
@@ -124,6 +134,16 @@ class RosRobot:
                                          hw.joint_names)
         self._pub = node.create_publisher(CLASSES[spec.ros_type], self.command_topic, qos(spec.qos))
 
+    def _on_frame(self, camera: str, msg) -> None:
+        """A camera's CompressedImage (its callback): a frame that cannot be decoded is counted and said once, never
+        raised into the executor."""
+        try:
+            self.frames.on_message(camera, msg)
+        except ValueError as exc:
+            self.bad_frames += 1
+            if self.bad_frames == 1:
+                self.node.get_logger().error(f"camera {camera}: {exc}")
+
     def __str__(self) -> str:
         how = "unitree lowcmd" if self.profile == "unitree" else self.settings.command_interface
         return f"state on {self.state_topic}, commands on {self.command_topic} ({how})"
@@ -132,7 +152,7 @@ class RosRobot:
         state = self.state.latest()
         if state is None:
             raise RuntimeError(f"no state received yet on {self.state_topic}")
-        return state
+        return self.frames.attach(state)
 
     def send_command(self, command: JointCommand) -> None:
         if self.profile == "unitree":
@@ -158,9 +178,13 @@ class RosRobot:
         end = clock() + timeout_s
         while True:
             state = self.state.latest()
-            if state is not None and clock() - state.received <= fresh_within_s:
-                return state
+            missing = self.frames.missing()
+            if state is not None and clock() - state.received <= fresh_within_s and not missing:
+                return self.frames.attach(state)
             if clock() > end:
+                if state is not None and missing:
+                    raise ValueError(f"no camera frames on {', '.join(missing)} within {timeout_s:g} s; does the "
+                                     "camera driver publish them?")
                 why = f"; last rejected message: {self.state.last_error}" if self.state.last_error else ""
                 raise ValueError(f"no fresh robot state on {self.state_topic} within {timeout_s:g} s "
                                  f"(received: {dict(self.state.received_count) or 'nothing'}{why})")

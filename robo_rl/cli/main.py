@@ -110,7 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     dp.add_argument("--reset-module", default="home", help="dds transport: what `reset` runs (home, random, operator)")
     dp.add_argument("--record", metavar="DIR", help="record every POLICY tick (joints, commands) into a new dataset")
     dp.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
-                    help="dds transport: reward module scored each POLICY tick (goal_distance, velocity_tracking, "
+                    help="dds transport: reward module scored each POLICY tick (goal_distance[:sigma=S,threshold=T,"
+                         "hold_steps=N], velocity_tracking, "
                          "operator, classifier:<model.onnx>[,threshold=T][,debounce=N][,camera=C]; repeatable, "
                          "summed); with --record every frame carries its outcome (next.reward, next.done, ...)")
 

@@ -49,7 +49,8 @@ def add_parser(sub: Any) -> None:
     tr.add_argument("--learner-address", default=None, metavar="HOST:PORT",
                     help="where the learner listens / the actor connects (default 127.0.0.1:50061)")
     tr.add_argument("--reward", dest="rewards", action="append", default=[], metavar="NAME",
-                    help="reward module scored every step (goal_distance, velocity_tracking, operator; repeatable)")
+                    help="reward module scored every step (goal_distance[:sigma=S,threshold=T,hold_steps=N], "
+                         "velocity_tracking, operator; repeatable)")
     tr.add_argument("--reset-module", default="home", help="what starts each episode: home, random, operator")
     tr.add_argument("--episode-steps", type=int, default=250, help="steps before an episode is truncated")
     tr.add_argument("--max-param-age", type=float, default=1.0, metavar="S",
@@ -120,15 +121,20 @@ def _template(args: argparse.Namespace) -> Any:
 
 def _check_actor(args: argparse.Namespace) -> None:
     from robo_rl.deploy.reset_modules import RESET_MODULES
-    from robo_rl.deploy.reward_modules import REWARD_MODULES
+    from robo_rl.deploy.reward_modules import REWARD_MODULES, parse_reward_spec
     from robo_rl.deploy.session import transport
 
     if not args.rewards:
         raise UserError(f"train-real: no reward module configured: give --reward NAME ({', '.join(REWARD_MODULES)})")
-    unknown = [r for r in args.rewards if r not in REWARD_MODULES]
-    if unknown:
-        raise UserError(f"train-real: --reward {unknown[0]!r} is not a reward module; allowed: "
-                        f"{', '.join(REWARD_MODULES)}")
+    for spec in args.rewards:
+        name = str(spec).partition(":")[0]
+        if name not in REWARD_MODULES:
+            raise UserError(f"train-real: --reward {spec!r} is not a reward module; allowed: "
+                            f"{', '.join(REWARD_MODULES)}")
+        try:
+            parse_reward_spec(spec)
+        except ValueError as exc:
+            raise UserError(f"train-real: --{exc}") from None
     if args.reset_module not in RESET_MODULES:
         raise UserError(f"train-real: --reset-module {args.reset_module!r}: allowed values are "
                         f"{', '.join(RESET_MODULES)}")

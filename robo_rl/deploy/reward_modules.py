@@ -307,20 +307,30 @@ class ComposedReward:
 
 REWARD_MODULES = ("goal_distance", "velocity_tracking", "operator", "classifier")
 """Reward modules the policy node and the deploy command build by name (`make_reward`); `classifier` is given with
-its model file: `classifier:<model.onnx>[,threshold=T][,debounce=N][,camera=C]` (`parse_reward_spec`)."""
+its model file: `classifier:<model.onnx>[,threshold=T][,debounce=N][,camera=C]`; `goal_distance` may set its kernel
+and success: `goal_distance:sigma=S,threshold=T,hold_steps=N` (`parse_reward_spec`)."""
 CLASSIFIER_OPTIONS = ("threshold", "debounce", "camera")
+GOAL_DISTANCE_OPTIONS = ("sigma", "threshold", "hold_steps")
 
 
 def parse_reward_spec(spec: str) -> tuple[str, dict[str, str]]:
     """A reward as given on the command line or in RuntimeConfig.rewards -> (module name, options).
 
-    `goal_distance` -> ("goal_distance", {}); `classifier:m.onnx,threshold=0.7` -> ("classifier", {"path": "m.onnx",
-    "threshold": "0.7"}). ValueError (one line) for an unknown name, a classifier without its file, or a bad option.
+    `goal_distance` -> ("goal_distance", {}); `goal_distance:sigma=0.05` -> ("goal_distance", {"sigma": "0.05"});
+    `classifier:m.onnx,threshold=0.7` -> ("classifier", {"path": "m.onnx", "threshold": "0.7"}). ValueError (one line)
+    for an unknown name, a classifier without its file, or a bad option.
     """
     name, sep, rest = str(spec).partition(":")
     if name not in REWARD_MODULES:
         raise ValueError(f"reward {spec!r}: allowed values are {', '.join(REWARD_MODULES)} (classifier as "
                          "classifier:<model.onnx>)")
+    if name == "goal_distance":
+        options = _options(spec, rest.split(",") if sep else [], GOAL_DISTANCE_OPTIONS)
+        try:
+            GoalDistanceReward(**goal_distance_settings(options))
+        except ValueError as exc:
+            raise ValueError(f"reward {spec!r}: {exc}") from None
+        return name, options
     if name != "classifier":
         if sep:
             raise ValueError(f"reward {spec!r}: {name} takes no options")
@@ -329,13 +339,7 @@ def parse_reward_spec(spec: str) -> tuple[str, dict[str, str]]:
     if not path:
         raise ValueError(f"reward {spec!r}: name the model file, classifier:<model.onnx>[,threshold=T][,debounce=N]"
                          "[,camera=C]")
-    options = {"path": path}
-    for pair in pairs:
-        key, eq, value = pair.partition("=")
-        if not eq or key not in CLASSIFIER_OPTIONS or not value:
-            raise ValueError(f"reward {spec!r}: option {pair!r}: expected key=value with key one of "
-                             f"{', '.join(CLASSIFIER_OPTIONS)}")
-        options[key] = value
+    options = {"path": path, **_options(spec, pairs, CLASSIFIER_OPTIONS)}
     try:
         if "threshold" in options:
             check_threshold(float(options["threshold"]))
@@ -344,6 +348,29 @@ def parse_reward_spec(spec: str) -> tuple[str, dict[str, str]]:
     except ValueError as exc:
         raise ValueError(f"reward {spec!r}: {exc}") from None
     return name, options
+
+
+def _options(spec: str, pairs: Sequence[str], allowed: Sequence[str]) -> dict[str, str]:
+    """{key: value} of a reward spec's `key=value` options; ValueError (one line) for one that is not allowed."""
+    options = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in allowed or not value:
+            raise ValueError(f"reward {spec!r}: option {pair!r}: expected key=value with key one of "
+                             f"{', '.join(allowed)}")
+        options[key] = value
+    return options
+
+
+def goal_distance_settings(options: Mapping[str, str]) -> dict[str, float | int]:
+    """GoalDistanceReward's keyword arguments of a spec's options (strings); ValueError (one line) for a bad one."""
+    out: dict[str, float | int] = {}
+    for key, value in options.items():
+        try:
+            out[key] = int(value) if key == "hold_steps" else float(value)
+        except ValueError:
+            raise ValueError(f"goal_distance {key} = {value!r}: not a number") from None
+    return out
 
 
 def reward_cameras(names: Sequence[str]) -> tuple[tuple[str, int, int], ...]:
@@ -364,7 +391,7 @@ def make_reward(names: Sequence[str], hw: HardwareSpec) -> ComposedReward:
     for spec in names:
         name, options = parse_reward_spec(spec)
         if name == "goal_distance":
-            modules.append(GoalDistanceReward())
+            modules.append(GoalDistanceReward(**goal_distance_settings(options)))
         elif name == "velocity_tracking":
             modules.append(VelocityTrackingReward(fall_tilt_rad=hw.safety.max_tilt_rad,
                                                   quaternion_order=hw.quaternion_order))

@@ -84,6 +84,8 @@ def test_bad_input_is_refused_with_one_line_before_anything_reaches_the_robot(tm
     for extra, message in (
         (("--connect-timeout", "1", "--role", "actor"), f"the learner at 127.0.0.1:{port} did not answer within 1 s"),
         (("--role", "actor", "--learner-address", "localhost"), "--learner-address: learner address 'localhost'"),
+        (("--role", "actor", "--reward", "goal_distance:sigma=0"),
+         "train-real: --reward 'goal_distance:sigma=0': goal_distance sigma = 0.0: must be a finite number > 0"),
     ):
         started = time.monotonic()
         out = subprocess.run([sys.executable, "-m", "robo_rl.cli", *_args(tmp_path, port, *extra)], cwd=REPO,

@@ -78,6 +78,11 @@ def test_bad_settings_are_one_line(kwargs, match):
 
 def test_reward_specs_name_the_classifier_file_and_its_options():
     assert parse_reward_spec("goal_distance") == ("goal_distance", {})
+    assert parse_reward_spec("goal_distance:sigma=0.05,hold_steps=3") == ("goal_distance",
+                                                                          {"sigma": "0.05", "hold_steps": "3"})
+    sharp = make_reward(["goal_distance:sigma=0.05,threshold=0.02"], load_hardware(REPO / "hardware" / "panda.yaml"))
+    g = sharp.modules[0]
+    assert (g.sigma, g.threshold, g.hold_steps) == (0.05, 0.02, 5)
     assert parse_reward_spec("classifier:policies/c.onnx") == ("classifier", {"path": "policies/c.onnx"})
     assert parse_reward_spec("classifier:c.onnx,threshold=0.7,debounce=5,camera=wrist") == (
         "classifier", {"path": "c.onnx", "threshold": "0.7", "debounce": "5", "camera": "wrist"})
@@ -87,6 +92,11 @@ def test_reward_specs_name_the_classifier_file_and_its_options():
                         ("classifier:c.onnx,threshold=2", "classifier threshold = 2.0: a probability"),
                         ("classifier:c.onnx,debounce=0", "classifier debounce = 0"),
                         ("operator:x", "operator takes no options"),
+                        ("goal_distance:speed=1", "option 'speed=1': expected key=value with key one of sigma, "
+                                                  "threshold, hold_steps"),
+                        ("goal_distance:sigma=-1", "goal_distance sigma = -1.0: must be a finite number > 0"),
+                        ("goal_distance:sigma=x", "goal_distance sigma = 'x': not a number"),
+                        ("goal_distance:hold_steps=0", "goal_distance hold_steps = 0: must be >= 1"),
                         ("speed", "reward 'speed': allowed values are goal_distance, velocity_tracking, operator, "
                                   "classifier")):
         with pytest.raises(ValueError, match=match):

@@ -8,11 +8,11 @@ modules gave it (`next.reward`, `next.done`, `next.terminated`, `next.success`, 
 a frame waits for the next tick's scored step (`outcome`), so the last command of an episode, never scored, is not
 written, and neither are the frames of an episode that an operator or a fault ends before their outcome.
 Frames go to a `DatasetWriter` with `block=False`: when the writer's queue is full the frame is dropped and
-counted, never waited for. `report()` gives
-frames, drops and the achieved rate; the caller shows it. Cameras are callables returning the newest
-(H, W, 3) uint8 RGB frame at once; both kinds capture on their own thread, so a slow camera never
-stalls the loop: `SimCameras` renders the twin's MuJoCo cameras, `LatestFrameCamera` reads an OpenCV
-`VideoCapture`.
+counted, never waited for. `report()` gives frames, drops and the achieved rate; the caller shows it. Cameras are
+callables returning the newest (H, W, 3) uint8 RGB frame at once; both kinds capture on their own thread, so a slow
+camera never stalls the loop: `SimCameras` renders the twin's MuJoCo cameras, `LatestFrameCamera` reads an OpenCV
+`VideoCapture`; `state_camera` takes the frame a transport brought with the tick's state (the robot's camera
+topics over DDS).
 """
 
 from __future__ import annotations

@@ -130,8 +130,15 @@ class DdsSettings:
 
     def camera_topic(self, camera: str) -> str:
         """DDS name of camera `camera`'s CompressedImage topic (camera_topics, else `<camera>/image/compressed`)."""
-        name = (self.camera_topics or {}).get(camera) or names.camera_topic(camera).name
-        return names.dds_topic_name(name, self.namespace)
+        return names.dds_topic_name(self._camera_topic_name(camera), self.namespace)
+
+    def _camera_topic_name(self, camera: str) -> str:
+        """Camera `camera`'s topic as the hardware file names it (camera_topics), else `<camera>/image/compressed`."""
+        return (self.camera_topics or {}).get(camera) or names.camera_topic(camera).name
+
+    def _place_ros(self, topic: str) -> str:
+        """A ROS 2 topic of the robot's, placed as `ros_topics` says: in `namespace` when set, else as written."""
+        return names.resolve_topic(topic, self.namespace) if self.namespace else topic
 
     def topic(self, spec: TopicSpec) -> str:
         """DDS name of an operator / monitoring topic in this namespace."""
@@ -151,10 +158,7 @@ class DdsSettings:
             return {"joints": names.ros_topic_name(self.state_topic or names.UNITREE_STATE_TOPIC),
                     "command": names.ros_topic_name(self.command_topic or names.UNITREE_COMMAND_TOPIC)}
         spec = names.COMMAND_TOPICS[self.command_interface]
-
-        def place(topic: str) -> str:
-            return names.resolve_topic(topic, self.namespace) if self.namespace else topic
-
+        place = self._place_ros
         return {"joints": place(self.state_topic or names.JOINT_STATES.name),
                 "imu": place(self.imu_topic or names.IMU_TOPIC.name),
                 "ee": place(self.ee_topic or names.EE_POSITION.name),
@@ -163,8 +167,7 @@ class DdsSettings:
     def ros_camera_topic(self, camera: str) -> str:
         """ROS 2 name of camera `camera`'s CompressedImage topic (camera_topics, else `<camera>/image/compressed`),
         placed as `ros_topics` places the robot's."""
-        topic = (self.camera_topics or {}).get(camera) or names.camera_topic(camera).name
-        return names.resolve_topic(topic, self.namespace) if self.namespace else topic
+        return self._place_ros(self._camera_topic_name(camera))
 
     def gripper_ros_names(self) -> dict[str, str]:
         """ROS 2 names of franka_gripper's state topic ("state") and its actions ("move", "grasp"), under the hardware's
@@ -172,8 +175,7 @@ class DdsSettings:
         ns = self.gripper_namespace.rstrip("/")
         out = {"state": f"{ns}/{names.GRIPPER_TOPICS['state'][0]}",
                **{kind: f"{ns}/{action}" for kind, action in names.GRIPPER_ACTIONS.items()}}
-        return {role: names.resolve_topic(name, self.namespace) if self.namespace else name
-                for role, name in out.items()}
+        return {role: self._place_ros(name) for role, name in out.items()}
 
 
 TOPIC_KEYS = ("state_topic", "imu_topic", "ee_topic", "command_topic")

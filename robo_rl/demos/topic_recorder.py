@@ -12,6 +12,14 @@ Given the deployed policy's sizes (`policy`), the policy node's `~/policy_step` 
 the same tick, one message) is a stream too: frames then carry `observation.policy`, `action` (raw) and the command's
 targets as `command.joint_position` — the features `deploy --record` and `robo-rl record` write, so BC trains on a
 ROS recording without conversion.
+
+`scored` (the policy node runs reward modules, parameter `rewards`): every ~/policy_step also carries the outcome its
+tick scored, which is the outcome of the command sent one tick earlier. Frames are then made per policy step, not by
+the timer: each waits for the next step's outcome (`next.reward`, `next.done`, `next.terminated`, `next.success`, as
+`deploy --record --reward` writes them), so the last command of an episode, never scored, is not written. One
+topic carries both, so nothing depends on the order in which two topics arrive: a done outcome ends the episode; an
+end event that arrives before the step carrying the last outcome leaves the episode open for that step (until the
+next start or `close`).
 """
 
 from __future__ import annotations
@@ -76,13 +84,21 @@ class TopicRecorder:
         task: the task string of every episode.
         use_events: follow episode events (else one episode from the first frame).
         policy: (observation size O, action size A) of the policy whose `~/policy_step` is recorded, or None.
+        scored: frames carry the policy steps' outcomes (needs `policy`; the writer's features from
+            `robot_features(..., scored=True)`).
     """
 
     def __init__(self, writer: DatasetWriter, hw: Any, command_interface: str, cameras: Sequence[str] = (), *,
-                 task: str = "demonstration", use_events: bool = True, policy: tuple[int, int] | None = None):
+                 task: str = "demonstration", use_events: bool = True, policy: tuple[int, int] | None = None,
+                 scored: bool = False):
+        if scored and policy is None:
+            raise ValueError("scored recording needs the policy's sizes (policy_path): outcomes come on its "
+                             "~/policy_step")
         self.writer, self.hw, self.interface, self.task = writer, hw, command_interface, task
-        self.policy = policy
+        self.policy, self.scored = policy, scored
         self._step: tuple[np.ndarray, np.ndarray] | None = None  # (O,), (A,) of the newest policy step
+        self._pending: dict | None = None  # scored: the frame of the last policy step, waiting for its outcome
+        self._closing = False  # scored: an end event came; the episode stays open for its last outcome
         self.cameras = list(cameras)
         self.use_events = use_events
         self.recording = not use_events
@@ -120,14 +136,33 @@ class TopicRecorder:
         if self.policy is None:
             return False
         try:
-            step = rm.read_policy_step(msg, *self.policy)
+            obs, action, outcome = rm.read_policy_step(msg, *self.policy)
         except ValueError as exc:
             self.rejected += 1
             self.last_error = str(exc)
             return False
         with self._lock:
-            self._step = step
+            self._step = (obs, action)
+            if not self.scored:
+                return True
+            done = self._complete(outcome)
+            self._pending = self._frame() if self.recording and not done else None
         return True
+
+    def _complete(self, outcome: rm.StepOutcome | None) -> bool:
+        """Scored (lock held): write the pending frame with `outcome` (the next step's); True when that ended the
+        episode. A step without an outcome leaves the pending frame unscored: it is dropped, never guessed."""
+        frame, self._pending = self._pending, None
+        if frame is None or outcome is None:
+            return False
+        frame.update({"next.reward": np.float32(outcome.reward), "next.done": outcome.done,
+                      "next.terminated": outcome.terminated, "next.success": outcome.success})
+        self._write(frame)
+        if outcome.done or self._closing:
+            self._closing = False
+            self._end()
+            return True
+        return False
 
     def on_image(self, camera: str, rgb: np.ndarray) -> None:
         with self._lock:
@@ -140,29 +175,42 @@ class TopicRecorder:
             return
         if not self.use_events:
             return
-        if kind == "start":
-            self._end()
-            self.recording = True
-        elif kind in END_KINDS:
-            self._end()
-            self.recording = False
+        with self._lock:
+            if kind == "start":
+                self._pending, self._closing = None, False
+                self._end()
+                self.recording = True
+            elif kind in END_KINDS:
+                self.recording = False
+                if self.scored and self._pending is not None:
+                    self._closing = True  # the step with the last outcome may still be on its way
+                else:
+                    self._end()
 
     # ------------------------------------------------------------------ timer
     def tick(self) -> bool:
         """Record one frame of the newest values; False when not recording, incomplete, or dropped."""
-        if not self.recording:
+        if not self.recording or self.scored:  # scored: frames come with the policy steps
             return False
         with self._lock:
-            if self._q is None or self._target is None or any(c not in self._images for c in self.cameras) or (
-                    self.policy is not None and self._step is None):
-                return False
-            frame = {"observation.state": self._q.copy(), "observation.velocity": self._dq.copy(),
-                     **{f"observation.images.{c}": self._images[c] for c in self.cameras}}
-            if self.policy is None:
-                frame["action"] = self._target.copy()
-            else:
-                frame.update({"observation.policy": self._step[0], "action": self._step[1],
-                              "command.joint_position": self._target.copy()})
+            frame = self._frame()
+        return frame is not None and self._write(frame)
+
+    def _frame(self) -> dict | None:
+        """A frame of the newest values (lock held); None until every stream has sent one."""
+        if self._q is None or self._target is None or any(c not in self._images for c in self.cameras) or (
+                self.policy is not None and self._step is None):
+            return None
+        frame = {"observation.state": self._q.copy(), "observation.velocity": self._dq.copy(),
+                 **{f"observation.images.{c}": self._images[c] for c in self.cameras}}
+        if self.policy is None:
+            frame["action"] = self._target.copy()
+        else:
+            frame.update({"observation.policy": self._step[0], "action": self._step[1],
+                          "command.joint_position": self._target.copy()})
+        return frame
+
+    def _write(self, frame: dict) -> bool:
         if self.writer.add_frame(frame, task=self.task, block=False):
             self.frames += 1
             self._open = True
@@ -177,7 +225,9 @@ class TopicRecorder:
             self._open = False
 
     def close(self) -> None:
-        self._end()
+        with self._lock:
+            self._pending = None  # never scored
+            self._end()
         self.writer.close()
 
     def report(self) -> dict[str, int]:

@@ -177,7 +177,8 @@ class OperatorLink(Protocol):
 
     def publish_event(self, text: str) -> None: ...
 
-    def publish_record(self, observation: np.ndarray | None, action: np.ndarray, command: JointCommand) -> None: ...
+    def publish_record(self, observation: np.ndarray | None, action: np.ndarray, command: JointCommand,
+                       outcome: Any | None = None) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)

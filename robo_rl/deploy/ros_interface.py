@@ -234,6 +234,7 @@ PARAMETERS = {
     "cmd_vel_timeout_s": 0.5,
     "diagnostics_period_s": 1.0,
     "reset_module": "home",
+    "rewards": "",
     "realtime_priority": 50,
     "estop_timeout_s": 0.5,
 }
@@ -248,6 +249,8 @@ PARAMETER_DESCRIPTIONS = {
     "cmd_vel_timeout_s": "a velocity command older than this (s) becomes zero; read at configure",
     "diagnostics_period_s": "period of /diagnostics (s); read at configure",
     "reset_module": "what ~/reset runs: home, random or operator; read at configure",
+    "rewards": "reward modules scored every POLICY tick, ';'-separated (goal_distance:sigma=0.05;operator); their "
+               "outcome ends episodes and rides on ~/policy_step for the recorder; empty: none; read at configure",
     "realtime_priority": "SCHED_FIFO priority of the control thread (1-99; 0: normal scheduling); read at configure",
     "estop_timeout_s": "e-stop heartbeat deadline (s): no message on estop for this long latches ESTOP and activate "
                        "refuses without one; 0: no heartbeat expected; read at configure",
@@ -258,7 +261,7 @@ READ_ONLY_PARAMETERS = ("hardware_config", "command_interface")
 the launch, with the twin or the robot's drivers beside it. The others may change only while unconfigured
 (robo_rl.deploy.ros_parameters)."""
 LAUNCH_ARGUMENTS = ("policy", "robot", "use_sim", "dry_run", "command_interface", "namespace", "remappings",
-                    "estop_timeout_s")
+                    "estop_timeout_s", "rewards")
 """Launch arguments every launch file declares."""
 
 

@@ -226,26 +226,45 @@ def multi_array_message(types: MessageTypes, values: np.ndarray, labels: Sequenc
     return types.Float64MultiArray(layout=layout, data=types.float64_array(arr.reshape(-1)))
 
 
-POLICY_STEP_LABEL = "obs+action"
+POLICY_STEP_LABEL = "obs+action+outcome"
 """The one dimension's label of a ~/policy_step message."""
+OUTCOME_SIZE = 4
+"""reward, done, terminated, success: the values a ~/policy_step carries after the observation and the actions."""
 
 
-def policy_step_message(types: MessageTypes, observation: np.ndarray, action: np.ndarray) -> Any:
-    """~/policy_step: Float32MultiArray of the observation (O,) followed by the raw actions (A,)."""
+@dataclass(frozen=True)
+class StepOutcome:
+    """What the robot-side reward modules made of the command sent one tick before a ~/policy_step (the names of
+    `robo-rl record`'s next.* features)."""
+
+    reward: float
+    done: bool
+    terminated: bool
+    success: bool
+
+
+def policy_step_message(types: MessageTypes, observation: np.ndarray, action: np.ndarray,
+                        outcome: Any | None = None) -> Any:
+    """~/policy_step: Float32MultiArray of the observation (O,), the raw actions (A,) and the outcome the reward
+    modules scored this tick (a RewardStep: reward, done, terminal, success; four NaN when none was scored)."""
+    scored = ([np.nan] * OUTCOME_SIZE if outcome is None else
+              [outcome.reward, float(outcome.done), float(outcome.terminal), float(outcome.success)])
     values = np.concatenate([np.asarray(observation, np.float32).reshape(-1),
-                             np.asarray(action, np.float32).reshape(-1)])
+                             np.asarray(action, np.float32).reshape(-1), np.asarray(scored, np.float32)])
     return multi_array_message(types, values, (POLICY_STEP_LABEL,), float32=True)
 
 
-def read_policy_step(msg: Any, obs_dim: int, action_dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(observation (O,), raw actions (A,)) float32 of a ~/policy_step message; ValueError (one line) when it is not
-    one of O + A values (another policy's)."""
+def read_policy_step(msg: Any, obs_dim: int, action_dim: int) -> tuple[np.ndarray, np.ndarray, StepOutcome | None]:
+    """(observation (O,), raw actions (A,)) float32 and the scored outcome (None: none) of a ~/policy_step message;
+    ValueError (one line) when it is not one of O + A + 4 values (another policy's)."""
     labels, values = read_multi_array(msg)
-    if labels not in ((), (POLICY_STEP_LABEL,)) or values.size != obs_dim + action_dim:
+    if labels not in ((), (POLICY_STEP_LABEL,)) or values.size != obs_dim + action_dim + OUTCOME_SIZE:
         raise ValueError(f"policy_step of {values.size} values {labels}: expected {obs_dim} observation + "
-                         f"{action_dim} action values (another policy than the recorder's?)")
+                         f"{action_dim} action + {OUTCOME_SIZE} outcome values (another policy than the recorder's?)")
     values = values.astype(np.float32)
-    return values[:obs_dim], values[obs_dim:]
+    o = values[obs_dim + action_dim:]
+    outcome = None if np.isnan(o).any() else StepOutcome(float(o[0]), bool(o[1]), bool(o[2]), bool(o[3]))
+    return values[:obs_dim], values[obs_dim:obs_dim + action_dim], outcome
 
 
 def read_multi_array(msg: Any) -> tuple[tuple[str, ...], np.ndarray]:

@@ -46,8 +46,16 @@ def runtime_config(values: Mapping[str, object]) -> RuntimeConfig:
     return RuntimeConfig(policy_path=v["policy_path"], hardware_config=v["hardware_config"],
                          command_interface=v["command_interface"] or None, dry_run=v["dry_run"],
                          cmd_vel_timeout_s=v["cmd_vel_timeout_s"], diagnostics_period_s=v["diagnostics_period_s"],
-                         reset_module=v["reset_module"], realtime_priority=v["realtime_priority"],
+                         reset_module=v["reset_module"], rewards=split_reward_specs(v["rewards"]),
+                         realtime_priority=v["realtime_priority"],
                          estop_timeout_s=v["estop_timeout_s"])
+
+
+def split_reward_specs(text: object) -> tuple[str, ...]:
+    """The `rewards` parameter ("spec;spec", spaces allowed; a spec's own options are comma-separated) as specs."""
+    if not isinstance(text, str):
+        raise TypeError(f"rewards = {text!r}: expected a string of ';'-separated reward specs")
+    return tuple(part.strip() for part in text.split(";") if part.strip())
 
 
 def lifecycle_state(configured: bool, active: bool) -> str:

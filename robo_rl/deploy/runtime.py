@@ -228,6 +228,11 @@ def wait_for_fresh_state(robot: RobotInterface, timeout_s: float, fresh_within_s
     raise ValueError(f"no fresh robot state within {timeout_s:g} s ({last_error})")
 
 
+RecordSink = Callable[[np.ndarray | None, np.ndarray, JointCommand, RewardStep | None], None]
+"""Receives each POLICY tick's (observation (O,) or None, raw actions (A,), filtered command, the tick's scored step or
+None): see PolicyRuntime's `on_record`."""
+
+
 @dataclass
 class _Inputs:
     """Operator inputs with their receive times (guarded by PolicyRuntime's lock)."""
@@ -242,15 +247,17 @@ class PolicyRuntime:
     Args:
         config: the node's parameters.
         on_event: receives every EpisodeEvent (publish on ~/episode_events); control thread: be quick.
-        on_record: receives (observation (O,) or None, raw actions (A,), filtered command) every POLICY tick
-            (~/observation, ~/policy_step, ~/action); control thread: be quick.
+        on_record: receives (observation (O,) or None, raw actions (A,), filtered command, outcome) every POLICY tick
+            (~/observation, ~/policy_step, ~/action), after the reward modules scored the tick: `outcome` is that
+            RewardStep (the outcome of the command sent one tick earlier; the first of an episode scores its start)
+            or None (no episode running); control thread: be quick.
         log: receives one line per operator action result and per problem (default: print).
         warn: receives warning lines (loading, the controller's); default: `log`.
         clock: monotonic time source (s), shared with the Controller.
     """
 
     def __init__(self, config: RuntimeConfig, *, on_event: Callable[[EpisodeEvent], None] | None = None,
-                 on_record: Callable[[np.ndarray | None, np.ndarray, JointCommand], None] | None = None,
+                 on_record: RecordSink | None = None,
                  log: Callable[[str], None] | None = None, warn: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         config.validate()
@@ -364,7 +371,7 @@ class PolicyRuntime:
         return c
 
     def subscribe(self, *, on_event: Callable[[EpisodeEvent], None] | None = None,
-                  on_record: Callable[[np.ndarray | None, np.ndarray, JointCommand], None] | None = None,
+                  on_record: RecordSink | None = None,
                   on_step: Callable[[RewardStep], None] | None = None) -> None:
         """Add a receiver of episode events, of the per-POLICY-tick record (see the class docstring) and / or of
         each step the reward modules score (control thread, after the tick's command was sent and the step's
@@ -532,13 +539,19 @@ class PolicyRuntime:
                     self._heartbeat_lost = True
                     self._warn(f"ESTOP: {missing}")
         mode = c.mode
+        result = self._score(mode, state, now)
         if mode is Mode.POLICY:
             for sink in self._record_sinks:
-                sink(self.policy.last_obs, self.policy.last_action, command)
+                sink(self.policy.last_obs, self.policy.last_action, command, result)
+
+    def _score(self, mode: Mode, state: RobotState | None, now: float) -> RewardStep | None:
+        """The episode's bookkeeping of one tick: interventions, and in POLICY the reward modules' step (handed to the
+        step sinks; a success or failure ends POLICY when configured). Returns that step, or None."""
+        c = self.controller
         with self._episode_lock:
             tracker = self.tracker
             if not tracker.active:
-                return
+                return None
             if mode is Mode.POLICY:
                 for what in c.last_interventions:
                     tracker.intervention(what, now)
@@ -547,10 +560,12 @@ class PolicyRuntime:
                     if result is not None:
                         for sink in self._step_sinks:
                             sink(result)
-                    if result is not None and result.done and self.config.end_episode_on_done:
-                        c.end_policy()
+                        if result.done and self.config.end_episode_on_done:
+                            c.end_policy()
+                    return result
             elif mode in (Mode.DAMP, Mode.ESTOP):
                 tracker.intervention(c.state_machine.fault_reason or mode.name.lower(), now, ends_episode=True)
+        return None
 
     # ------------------------------------------------------------------------------------------- reporting
     def diagnostics(self) -> tuple[str, str, dict[str, object]]:

@@ -76,17 +76,20 @@ class PickPlaceExpert:
         hover: height above the cube of the approach point (m).
         carry_height: height of the cube's centre above its resting height while carried (m).
         gain: fraction of the remaining error commanded per step (proportional control of the TCP).
-        close_time: time the gripper closes before the lift (s).
+        settle_speed: the grasp has settled, and the lift begins, once the closing fingers move slower than this
+            (m/s). Every phase ends on what the observation shows, never on a hidden timer alone (only a phase that
+            waits too long gives up after one): a timer would make "hold still" and "lift" the labels of one
+            observable state, which behaviour cloning averages into a hand that never lifts.
     """
 
     def __init__(self, env: Any, *, hover: float = 0.1, carry_height: float = 0.12, gain: float = 0.5,
-                 close_time: float = 0.5):
+                 settle_speed: float = 0.002):
         n = env.num_envs
         self.chain = SerialChain(serial_chain(env.backend.model, "ee"), device=env.device)
         self.hover = hover
         self.carry_height = carry_height
         self.gain = gain
-        self.close_steps = round(close_time / env.dt)
+        self.settle_speed = settle_speed
         self.timeout_steps = round(1.5 / env.dt)  # a phase that waits for a condition gives up after this
         self.phase = torch.zeros(n, dtype=torch.long, device=env.device)  # (N,)
         self.timer = torch.zeros(n, dtype=torch.long, device=env.device)  # (N,) steps spent in the current phase
@@ -140,7 +143,7 @@ class PickPlaceExpert:
             [
                 (xy(above[:, :2], dim=-1) < 0.01) & (above[:, 2].abs() < 0.02),
                 (xy(obj - ee, dim=-1) < 0.006) | waited,
-                self.timer >= self.close_steps,
+                (finger < 0.9 * 0.04) & (env.dq[:, 7].abs() < self.settle_speed) | waited,
                 lifted | waited,
                 xy((target - obj)[:, :2], dim=-1) < 0.01,
                 (obj[:, 2] < env.rest_z + 0.005) | waited,

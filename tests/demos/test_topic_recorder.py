@@ -109,7 +109,8 @@ def test_with_the_policy_its_steps_are_recorded_and_bc_trains_on_them(tmp_path, 
         assert rec.tick()
     assert not rec.on_policy_step(rm.policy_step_message(TYPES, np.zeros(23), np.zeros(7)))  # another policy's
     assert rec.report()["rejected"] == 1
-    assert rec.last_error.startswith("policy_step of 30 values ('obs+action',): expected 27 observation + 7 action")
+    assert rec.last_error.startswith("policy_step of 34 values ('obs+action+outcome',): expected 27 observation + 7 "
+                                     "action + 4 outcome values")
     rec.close()
     ep = DatasetReader(tmp_path / "ros").episode(0)
     np.testing.assert_allclose(ep["observation.policy"][-1], obs, atol=1e-6)
@@ -118,3 +119,54 @@ def test_with_the_policy_its_steps_are_recorded_and_bc_trains_on_them(tmp_path, 
     bc = cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(tmp_path / "ros"), "--max-iterations",
              "2", "--set", f"runner.log_dir={tmp_path / 'runs'}", "--set", "runner.eval_episodes=0", "--run-name", "bc")
     assert bc.returncode == 0, bc.stderr[-2000:]
+
+
+def test_scored_steps_complete_the_frame_before_them_whatever_order_the_end_event_comes_in(tmp_path):
+    """The policy node's reward modules (`rewards`): each ~/policy_step carries the outcome its tick scored, the
+    outcome of the step before; frames come per step, each written with the next step's outcome."""
+    from robo_rl.deploy.reward_modules import RewardStep
+
+    obs_dim, action_dim = 27, 7
+    names = [f"obs_{i}" for i in range(obs_dim)]
+    writer = DatasetWriter(tmp_path / "ros", fps=50,
+                           features=robot_features(PANDA.joint_names, {}, 50, (names, action_dim), scored=True))
+    rec = TopicRecorder(writer, PANDA, "pd_targets", policy=(obs_dim, action_dim), scored=True)
+    q = np.linspace(-1, 1, 7)
+    rec.on_joint_state(joint_state(q, list(range(7))))
+    rec.on_command(command(q + 0.1))
+
+    def step(k: int, outcome: RewardStep | None) -> None:
+        assert rec.on_policy_step(rm.policy_step_message(TYPES, np.full(obs_dim, k), np.full(action_dim, k / 10),
+                                                         outcome))
+
+    rec.on_event(json.dumps({"kind": "start"}))
+    step(0, RewardStep(0.05))  # the first step scores the episode's start: no frame before it
+    assert not rec.tick()  # scored: the timer makes no frames
+    for k in range(1, 6):
+        step(k, RewardStep(k / 10))  # completes frame k - 1
+    step(6, RewardStep(0.9, success=True, reward_continues=True))  # frame 5 ends the episode
+    rec.on_event(json.dumps({"kind": "success"}))
+    assert rec.report()["episodes"] == 1 and rec.frames == 6
+    rec.on_event(json.dumps({"kind": "start"}))
+    step(10, RewardStep(0.0))
+    step(11, RewardStep(0.2))
+    step(12, None)  # nothing scored: frame 11 waits in vain and is dropped, never guessed
+    step(13, RewardStep(0.3))  # completes frame 12
+    rec.on_event(json.dumps({"kind": "reset"}))  # the operator's end arrives before the step with the last outcome
+    assert rec.report()["episodes"] == 1
+    step(14, RewardStep(0.4))  # completes frame 13, then the episode ends
+    step(15, RewardStep(0.5))  # not recording: nothing
+    rec.close()
+    assert rec.report() == {"frames": 9, "dropped": 0, "episodes": 2}
+    reader = DatasetReader(tmp_path / "ros")
+    first, second = reader.episode(0), reader.episode(1)
+    np.testing.assert_allclose(first["observation.policy"][:, 0], np.arange(6))
+    np.testing.assert_allclose(first["action"][:, 0], np.arange(6) / 10, atol=1e-6)
+    np.testing.assert_allclose(first["next.reward"], [0.1, 0.2, 0.3, 0.4, 0.5, 0.9], atol=1e-6)
+    assert first["next.done"].tolist() == [False] * 5 + [True] and first["next.success"].tolist()[-1]
+    assert not first["next.terminated"].any()  # goal_distance's success pays on: a truncation
+    np.testing.assert_allclose(second["observation.policy"][:, 0], [10, 12, 13])
+    np.testing.assert_allclose(second["next.reward"], [0.2, 0.3, 0.4], atol=1e-6)
+    assert not second["next.done"].any()
+    with pytest.raises(ValueError, match="scored recording needs the policy's sizes"):
+        TopicRecorder(writer, PANDA, "pd_targets", scored=True)

@@ -500,8 +500,8 @@ def test_closing_deletes_the_participant_and_its_threads(dds_domain):
 @pytest.mark.slow
 def test_deploy_records_over_dds_and_the_episode_replays_over_dds(dds_domain, tmp_path):
     """`robo-rl deploy --transport dds --record --reward goal_distance` against `robo-rl twin`: each frame carries
-    the reward module's outcome; then `robo-rl replay --transport dds` (started by the operator's `start`)
-    reproduces the recorded joints on the same twin."""
+    the reward module's outcome, and BC trains on the recording as it is; then `robo-rl replay --transport dds`
+    (started by the operator's `start`) reproduces the recorded joints on the same twin."""
     twin = start_twin(relaxed_hardware(tmp_path, "panda"), dds_domain, log=tmp_path / "twin.log")
     deploy = probe = replay = None
     try:
@@ -519,6 +519,11 @@ def test_deploy_records_over_dds_and_the_episode_replays_over_dds(dds_domain, tm
         assert not done[:-1].any() and done[-1] == ep["next.success"][-1] and not ep["next.terminated"].any()
         if done[-1]:
             assert reward[-1] > np.exp(-(0.03 / 0.1) ** 2)  # inside the success's 3 cm
+        # the policy's observations and raw actions are in the recording: BC trains on it as it is
+        bc = run_cli("train", "--task", "arm-reach", "--algo", "bc", "--dataset", str(tmp_path / "rec"),
+                     "--max-iterations", "2", "--set", f"runner.log_dir={tmp_path / 'runs'}", "--set",
+                     "runner.eval_episodes=0", "--run-name", "bc")
+        assert bc.returncode == 0 and (tmp_path / "runs" / "bc" / "model_000002.pt").is_file(), bc.stderr[-2000:]
         replay = start_cli("replay", str(tmp_path / "rec"), "--robot", relaxed_hardware(tmp_path, "panda"),
                            "--transport", "dds", "--domain-id", str(dds_domain), log=tmp_path / "replay.log",
                            stdin=subprocess.PIPE)

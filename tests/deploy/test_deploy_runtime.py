@@ -61,7 +61,7 @@ def make_runtime(tmp_path):
         events, records, lines = [], [], []
         cfg = RuntimeConfig(policy_path=str(REPO / "policies" / f"{policy}.onnx"),
                             hardware_config=quick_hardware(tmp_path, robot), **config)
-        rt = PolicyRuntime(cfg, on_event=events.append, on_record=lambda o, a, c: records.append((o, a, c)),
+        rt = PolicyRuntime(cfg, on_event=events.append, on_record=lambda o, a, c, r: records.append((o, a, c, r)),
                            log=lines.append)
         rt.configure()
         contract = rt.policy.policy.contract
@@ -86,7 +86,8 @@ def test_policy_starts_only_on_start_and_stop_damps(make_runtime):
     assert c.mode is Mode.READY and not rt.records  # READY never turns into POLICY on its own
     assert rt.request("start") == (True, "POLICY started")
     wait_for(lambda: len(rt.records) >= 5, 2.0, "recorded POLICY ticks")
-    obs, action, cmd = rt.records[-1]
+    obs, action, cmd, outcome = rt.records[-1]
+    assert outcome.reward == 0 and not outcome.done  # no reward module: every step scores 0
     assert obs.shape == (rt.policy.policy.contract.obs_dim,) and cmd.joint_names == rt.hw.joint_names
     assert action.shape == (rt.policy.policy.contract.action_dim,)  # the raw actions of that tick (~/policy_step)
     assert rt.request("start")[0] is False  # already in POLICY: refused, one line
@@ -146,6 +147,12 @@ def test_goal_reward_ends_the_episode_and_reset_runs_the_reset_module(make_runti
     assert message.startswith("reset 'home' done in ")
     assert np.abs(rt.twin.read_state().q - c.default_q).max() < 0.05
     assert [e.kind for e in rt.events_seen if e.kind != "intervention"] == ["start", "success", "reset"]
+    # every POLICY tick's record carries the step the reward module scored that tick (~/policy_step's outcome),
+    # the last one the success that ended the episode
+    outcomes = [r[3] for r in rt.records]
+    assert outcomes and all(o is not None for o in outcomes)
+    assert outcomes[-1].success and outcomes[-1].done and not any(o.done for o in outcomes[:-1])
+    assert outcomes[-1].reward > outcomes[0].reward
 
 
 def test_cmd_vel_times_out_to_zero(make_runtime):

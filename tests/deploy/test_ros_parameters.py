@@ -50,3 +50,14 @@ def test_read_only_parameters_are_refused_in_every_state_and_foreign_ones_pass()
         assert rp.refuse_change({"use_sim_time": True}, names.PARAMETERS, state) is None
     assert [rp.lifecycle_state(c, a) for c, a in [(False, False), (True, False), (True, True)]] == [
         "unconfigured", "inactive", "active"]
+
+
+def test_rewards_are_semicolon_separated_specs_checked_like_the_cli():
+    config = rp.runtime_config({"rewards": " goal_distance:sigma=0.05,threshold=0.02 ; operator ;"})
+    assert config.rewards == ("goal_distance:sigma=0.05,threshold=0.02", "operator")
+    config.validate()
+    assert rp.runtime_config({}).rewards == ()  # the default: none
+    why = rp.refuse_change({"rewards": "goal_distance;nope"}, names.PARAMETERS, "unconfigured")
+    assert why is not None and why.startswith("rewards: ") and "nope" in why and "\n" not in why
+    assert rp.refuse_change({"rewards": 3}, names.PARAMETERS, "unconfigured") == (
+        "rewards: rewards = 3: expected a string of ';'-separated reward specs")

@@ -304,7 +304,25 @@ def test_recorder_with_the_policy_records_its_policy_steps(ros, tmp_path):
     (step,) = [s for s in node.subscriptions if s.topic == f"{names.POLICY_NODE}/policy_step" and not s.raw]
     assert node.recorder.policy == (27, 7) and step.callback_group is node.groups["inputs"]
     assert {"observation.policy", "action", "command.joint_position"} <= set(node.recorder.writer.features)
+    assert not node.recorder.scored and "next.reward" not in node.recorder.writer.features
     node.close()
+
+
+def test_recorder_with_rewards_writes_each_steps_outcome(ros, tmp_path):
+    """record_rewards (record_demos.launch.py with use_policy and rewards): frames per policy step with next.reward,
+    next.done, next.terminated and next.success; without the policy there is nothing to score: refused."""
+    from robo_rl_ros import demo_recorder_node as module
+
+    ros.overrides = {"dataset_path": str(tmp_path / "demos"), "hardware_config": PANDA, "policy_path": PANDA_POLICY,
+                     "record_rewards": True}
+    fake_ros._init()
+    node = module.DemoRecorderNode()
+    assert node.recorder.scored
+    assert {"next.reward", "next.done", "next.terminated", "next.success"} <= set(node.recorder.writer.features)
+    node.close()
+    ros.overrides = {"dataset_path": str(tmp_path / "other"), "hardware_config": PANDA, "record_rewards": True}
+    with pytest.raises(ValueError, match=r"record_rewards: needs policy_path"):
+        module.DemoRecorderNode()
 
 
 @pytest.mark.realtime

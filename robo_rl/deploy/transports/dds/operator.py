@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,9 +83,12 @@ class DdsOperatorLink:
     def publish_event(self, text: str) -> None:
         self._events.write(rm.string_message(self.types, text))
 
-    def publish_record(self, observation: np.ndarray | None, action: np.ndarray, command: JointCommand) -> None:
+    def publish_record(self, observation: np.ndarray | None, action: np.ndarray, command: JointCommand,
+                       outcome: Any | None = None) -> None:
+        """A POLICY tick's observation, raw actions (with `outcome`, the RewardStep scored this tick, on policy_step)
+        and command."""
         if observation is not None:
             self._observation.write(rm.multi_array_message(self.types, observation, ("obs",), float32=True))
-            self._step.write(rm.policy_step_message(self.types, observation, action))
+            self._step.write(rm.policy_step_message(self.types, observation, action, outcome))
         rows = np.stack([command.q, command.dq, command.kp, command.kd, command.tau])  # (5, J)
         self._action.write(rm.multi_array_message(self.types, rows, ("command", "joints")))

@@ -27,6 +27,9 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("command_interface", default_value="",
                               description="empty: the hardware file's (Go2: unitree lowcmd); forward_position, "
                                           "joint_trajectory or pd_targets"),
+        DeclareLaunchArgument("rewards", default_value="",
+                              description="policy node: reward modules, ';'-separated (goal_distance:sigma=0.05); "
+                                          "their success or failure ends an episode; empty: none"),
         DeclareLaunchArgument("estop_timeout_s", default_value="0.5",
                               description="e-stop heartbeat deadline (s); 0: none expected"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the nodes"),

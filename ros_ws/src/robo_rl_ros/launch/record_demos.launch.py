@@ -2,14 +2,16 @@
 
     ros2 launch robo_rl_ros record_demos.launch.py robot:=hardware/panda.yaml dataset:=demos/panda \\
         camera_topics:=/camera/color/image_raw/compressed,/wrist_camera/image_raw/compressed \\
-        policy:=policies/panda_reach.onnx use_policy:=true use_sim:=true dry_run:=false
+        policy:=policies/panda_reach.onnx use_policy:=true use_sim:=true dry_run:=false \\
+        rewards:="goal_distance:sigma=0.05"
 
 Starts demo_recorder_node; with use_policy:=true also the lifecycle policy node and (use_sim:=true) the
 MuJoCo twin, as sim_twin.launch.py does, and the recorder records the policy's observations and raw actions
-(observation.policy, action) beside the commands (command.joint_position). Episodes follow the policy node's episode
-events. Each camera topic
-(sensor_msgs/CompressedImage) becomes the camera named by its path without the image suffixes (camera_color,
-wrist_camera).
+(observation.policy, action) beside the commands (command.joint_position); with rewards:=SPECS the policy node scores
+every tick with those reward modules and each frame carries the outcome (next.reward, next.done, next.terminated,
+next.success), so RLPD takes the dataset as demonstrations. Episodes follow the policy node's episode events.
+Each camera topic (sensor_msgs/CompressedImage) becomes the camera named by its path without the image suffixes
+(camera_color, wrist_camera).
 """
 
 from launch import LaunchDescription
@@ -35,6 +37,9 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument("use_sim", default_value="true", description="with use_policy: the MuJoCo twin too"),
         DeclareLaunchArgument("dry_run", default_value="true",
                               description="policy node: send no command (on a real robot the first launch sends none)"),
+        DeclareLaunchArgument("rewards", default_value="",
+                              description="with use_policy: the policy node's reward modules, ';'-separated "
+                                          "(goal_distance:sigma=0.05); each frame then carries its outcome"),
         DeclareLaunchArgument("estop_timeout_s", default_value="0.5",
                               description="policy node: e-stop heartbeat deadline (s); 0: none expected"),
         DeclareLaunchArgument("namespace", default_value="", description="namespace of the nodes"),

@@ -9,7 +9,9 @@ the log line printed every few seconds and at shutdown. Parameters: hardware_con
 command_interface, camera_topics ("topic,topic"; camera name = the topic path without its image suffixes,
 /camera/color/image_raw/compressed -> camera_color), image_size, use_episode_events, task, bag_path, policy_path (the
 deployed policy: its ~/policy_step is recorded as observation.policy and action, the commands as
-command.joint_position, so BC trains on the dataset).
+command.joint_position, so BC trains on the dataset), record_rewards (the policy node runs reward modules, parameter
+`rewards`: one frame per policy step, with the outcome its next step carries as next.reward, next.done,
+next.terminated and next.success; needs policy_path).
 
 Threads (MultiThreadedExecutor, messages.run_node): the sampling timer has a callback group of its own, so decoding
 images (a reentrant group: cameras in parallel) and writing the bag (an exclusive group: one writer) never delay a
@@ -37,7 +39,8 @@ from robo_rl_ros.messages import CLASSES, qos, run_node
 
 PARAMETERS = {"hardware_config": "hardware/panda.yaml", "dataset_path": "demos/ros", "rate_hz": 50.0,
               "command_interface": "", "camera_topics": "", "image_size": 96,
-              "use_episode_events": True, "task": "demonstration", "bag_path": "", "policy_path": ""}
+              "use_episode_events": True, "task": "demonstration", "bag_path": "", "policy_path": "",
+              "record_rewards": False}
 EVENTS_TOPIC = f"{names.POLICY_NODE}/episode_events"
 """The policy node's ~/episode_events, resolved in this node's namespace (both run in the same one)."""
 POLICY_STEP_TOPIC = f"{names.POLICY_NODE}/policy_step"
@@ -62,17 +65,20 @@ class DemoRecorderNode(Node):
         cameras = camera_names(split_topics(p["camera_topics"]))
         size = int(p["image_size"])
         dims = None
+        scored = bool(p["record_rewards"])
+        if scored and not p["policy_path"]:
+            raise ValueError("record_rewards: needs policy_path (the outcomes come on the policy's ~/policy_step)")
         if p["policy_path"]:  # the deployed policy: its observation names and action size (the contract only)
             from robo_rl.deploy.policy import OnnxPolicy
 
             dims = policy_dims(OnnxPolicy(find_asset(p["policy_path"], what="policy")).contract)
         writer = DatasetWriter(p["dataset_path"], fps=float(p["rate_hz"]),
                                features=robot_features(self.hw.joint_names, {c: (size, size) for c in cameras.values()},
-                                                       float(p["rate_hz"]), dims),
+                                                       float(p["rate_hz"]), dims, scored=scored),
                                robot_type=self.hw.robot)
         self.recorder = TopicRecorder(writer, self.hw, interface, list(cameras.values()), task=p["task"],
                                       use_events=bool(p["use_episode_events"]),
-                                      policy=(len(dims[0]), dims[1]) if dims else None)
+                                      policy=(len(dims[0]), dims[1]) if dims else None, scored=scored)
         self.size = size
         self._bag = _BagWriter(p["bag_path"]) if p["bag_path"] else None
         self.groups = {"sample": MutuallyExclusiveCallbackGroup(), "images": ReentrantCallbackGroup(),

@@ -20,14 +20,14 @@ from robo_rl.deploy import ros_interface as names
 
 def policy_and_twin_nodes() -> list:
     """The lifecycle policy node and, when `use_sim` is true, the twin node, from the launch arguments policy, robot,
-    use_sim, dry_run, command_interface, estop_timeout_s, namespace and remappings. Both read the same hardware file
-    (`robot`)."""
+    use_sim, dry_run, command_interface, estop_timeout_s, namespace, remappings and rewards. Both read
+    the same hardware file (`robot`)."""
     return [OpaqueFunction(function=_policy_and_twin)]
 
 
 def recorder_node() -> list:
     """demo_recorder_node from the launch arguments robot, dataset, bag, rate_hz, command_interface, camera_topics,
-    namespace and remappings; with use_policy, the policy's ~/policy_step too (policy)."""
+    namespace and remappings; with use_policy, the policy's ~/policy_step too (policy), scored when `rewards` is set."""
     return [OpaqueFunction(function=_recorder)]
 
 
@@ -57,6 +57,7 @@ def _policy_and_twin(context) -> list:
                 "command_interface": interface,
                 "dry_run": ParameterValue(LaunchConfiguration("dry_run"), value_type=bool),
                 "estop_timeout_s": ParameterValue(LaunchConfiguration("estop_timeout_s"), value_type=float),
+                "rewards": _text("rewards"),
             }],
         ),
         Node(
@@ -69,8 +70,10 @@ def _policy_and_twin(context) -> list:
 
 
 def _recorder(context) -> list:
-    # with the policy node started here, its ~/policy_step is recorded too (observation.policy, action)
+    # with the policy node started here, its ~/policy_step is recorded too (observation.policy, action), and with its
+    # reward modules (`rewards`) each step's outcome (next.reward, next.done, ...)
     with_policy = LaunchConfiguration("use_policy").perform(context).strip().lower() in ("true", "1", "yes")
+    scored = with_policy and bool(LaunchConfiguration("rewards").perform(context).strip())
     return [Node(
         package=names.PACKAGE, executable="demo_recorder_node", name="robo_rl_demo_recorder", output="screen",
         **_placement(context),
@@ -82,5 +85,6 @@ def _recorder(context) -> list:
             "command_interface": _text("command_interface"),
             "camera_topics": _text("camera_topics"),
             "policy_path": LaunchConfiguration("policy").perform(context) if with_policy else "",
+            "record_rewards": scored,
         }],
     )]

@@ -19,8 +19,9 @@ the reason (robo_rl.deploy.ros_parameters), never accepted and ignored.
 Subscriptions: the robot's topics (RosRobot: from the hardware file), cmd_vel (zeroed after a timeout), target_pose,
 estop, robo_rl/operator (the same words as the services, plus success / failure labels and confirm).
 Publications (lifecycle publishers, made in configure, destroyed in cleanup): /diagnostics, ~/observation, ~/action,
-~/policy_step (observation and raw actions, for the recorder), ~/episode_events. SIGINT / SIGTERM: DAMP, the last
-damping command, then rclpy goes down (messages.run_node).
+~/policy_step (observation, raw actions and the outcome the reward modules of parameter `rewards` scored that tick,
+for the recorder), ~/episode_events. SIGINT / SIGTERM: DAMP, the last damping command, then rclpy goes down
+(messages.run_node).
 """
 
 from __future__ import annotations
@@ -188,10 +189,10 @@ class PolicyNode(LifecycleNode):
     def _publish_event(self, event) -> None:  # control thread
         self._pubs["events"].publish(rm.string_message(self.types, event.to_json()))
 
-    def _publish_record(self, observation, action, command) -> None:  # control thread, every POLICY tick
+    def _publish_record(self, observation, action, command, outcome) -> None:  # control thread, every POLICY tick
         if observation is not None:
             self._pubs["observation"].publish(rm.multi_array_message(self.types, observation, ("obs",), float32=True))
-            self._pubs["policy_step"].publish(rm.policy_step_message(self.types, observation, action))
+            self._pubs["policy_step"].publish(rm.policy_step_message(self.types, observation, action, outcome))
         rows = [command.q, command.dq, command.kp, command.kd, command.tau]
         self._pubs["action"].publish(rm.multi_array_message(self.types, rows, ("command", "joints")))
 

@@ -1,7 +1,8 @@
 """launch_testing: record_demos.launch.py with the policy node and the twin records POLICY ticks into a dataset.
 
-Configure, activate and start the policy node, let it run, stop it; after shutdown the recorder's
-dataset holds the episode's joint states and commands (the policy node's episode events start it).
+Configure, activate and start the policy node (with a goal_distance reward module), let it run, stop it; after
+shutdown the recorder's dataset holds the episode's joint states, the policy's observations and raw actions, the
+commands and each frame's outcome (the policy node's episode events start it).
 Needs a sourced ROS 2 workspace with robo_rl installed (pip install "robo_rl[train,demos]"); run with
 `colcon test`. Without ROS 2 the
 module is skipped: its logic is tested without ROS (tests/demos/test_topic_recorder.py).
@@ -39,7 +40,8 @@ def generate_test_description():
     return LaunchDescription([
         IncludeLaunchDescription(PythonLaunchDescriptionSource(launch_file), launch_arguments={
             "dataset": DATASET, "use_policy": "true", "use_sim": "true", "dry_run": "false",
-            "estop_timeout_s": "0"}.items()),  # this test is about recording: no e-stop heartbeat expected
+            "estop_timeout_s": "0",  # this test is about recording: no e-stop heartbeat expected
+            "rewards": "goal_distance:threshold=0.001"}.items()),  # scored frames; a success this tight ends nothing
         ReadyToTest(),
     ])
 
@@ -83,4 +85,10 @@ class TestDatasetAfterShutdown(unittest.TestCase):
         reader = DatasetReader(DATASET)  # the recorder commits its open episode when it shuts down
         self.assertGreaterEqual(reader.num_episodes, 1)
         self.assertGreater(reader.num_frames, 100)  # ~3 s of POLICY at 50 Hz
-        self.assertEqual(reader.features["action"]["names"], reader.features["observation.state"]["names"])
+        # with the policy: its observation and raw actions, the joint targets as command.joint_position
+        self.assertEqual(reader.features["command.joint_position"]["names"],
+                         reader.features["observation.state"]["names"])
+        self.assertEqual(reader.features["observation.policy"]["shape"], [27])  # policies/panda_reach.onnx
+        episode = reader.episode(0, images=False)  # each frame scored by the next policy step's outcome
+        self.assertTrue(((episode["next.reward"] > 0) & (episode["next.reward"] <= 1)).all())
+        self.assertFalse(episode["next.done"].any())

@@ -57,6 +57,12 @@ def robot_features(joint_names: tuple[str, ...], cameras: Mapping[str, tuple[int
     return features
 
 
+def outcome_columns(reward: float, done: bool, terminated: bool, success: bool) -> dict:
+    """A frame's outcome features (`robot_features(scored=True)`, `robo-rl record`'s next.* names)."""
+    return {"next.reward": np.float32(reward), "next.done": bool(done), "next.terminated": bool(terminated),
+            "next.success": bool(success)}
+
+
 class RecordingRobot:
     """A RobotInterface that also records every control tick; see the module docstring.
 
@@ -130,8 +136,7 @@ class RecordingRobot:
         if not self.scored or len(self._pending) < 2:
             return
         frame = self._pending.popleft()
-        frame.update({"next.reward": np.float32(step.reward), "next.done": bool(step.done),
-                      "next.terminated": bool(step.terminal), "next.success": bool(step.success)})
+        frame.update(outcome_columns(step.reward, step.done, step.terminal, step.success))
         self._write(frame)
         if step.done:
             self.end_episode()

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from robo_rl.demos.dataset_writer import DatasetWriter
+from robo_rl.demos.recorder import outcome_columns
 from robo_rl.deploy import ros_commands as rc
 from robo_rl.deploy import ros_messages as rm
 
@@ -155,8 +156,7 @@ class TopicRecorder:
         frame, self._pending = self._pending, None
         if frame is None or outcome is None:
             return False
-        frame.update({"next.reward": np.float32(outcome.reward), "next.done": outcome.done,
-                      "next.terminated": outcome.terminated, "next.success": outcome.success})
+        frame.update(outcome_columns(outcome.reward, outcome.done, outcome.terminated, outcome.success))
         self._write(frame)
         if outcome.done or self._closing:
             self._closing = False

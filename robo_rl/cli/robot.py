@@ -93,7 +93,8 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     before anything connects to the robot. The transport comes from the registry; on a real one POLICY
     starts only on the operator's `start`, the sim twin's rehearsal starts it once READY.
     """
-    from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
+    from robo_rl.deploy.runtime import PolicyRuntime
+    from robo_rl.deploy.runtime_config import RuntimeConfig
     from robo_rl.deploy.session import deploy_exit_code, run_deploy
     from robo_rl.deploy.state_machine import Mode
 

@@ -193,6 +193,22 @@ def validate_contract(contract: DeployContract, hw: HardwareSpec) -> None:
             raise ValueError(f"contract observation term {t.name!r} is not computed by the deploy side on a "
                              f"{hw.kind} robot (computable: {', '.join(allowed)})")
     check_action_terms(contract, hw)
+    check_setpoint_path(contract, hw)
+
+
+def check_setpoint_path(contract: DeployContract, hw: HardwareSpec) -> None:
+    """Refuse a policy trained through a setpoint controller (contract extra.setpoint_rate_hz: the task's
+    env.setpoint_controller) on a robot whose controller takes no setpoints or takes them at another rate: the arm
+    would not follow its targets as it did in training (ValueError, one line)."""
+    trained = contract.extra.get("setpoint_rate_hz")
+    if trained is None:
+        return
+    rate = hw.controller.setpoint_rate_hz
+    if rate is None or abs(float(rate) - float(trained)) > 1e-6:
+        takes = "takes no setpoints" if rate is None else f"takes {float(rate):g} Hz setpoints"
+        raise ValueError(f"contract: the policy was trained through {float(trained):g} Hz setpoints "
+                         f"(env.setpoint_controller), but the controller of hardware {hw.robot!r} {takes} "
+                         f"(controller.setpoint_rate_hz)")
 
 
 def check_gains(contract: DeployContract, hw: HardwareSpec, idx: np.ndarray) -> None:

@@ -238,8 +238,8 @@ PARAMETERS = {
     "realtime_priority": 50,
     "estop_timeout_s": 0.5,
 }
-"""Parameters of the policy node and their defaults (see robo_rl.deploy.runtime.RuntimeConfig). `dry_run` is True:
-`ros2 run` without the launch file sends no command."""
+"""Parameters of the policy node and their defaults (see robo_rl.deploy.runtime_config.RuntimeConfig). `dry_run` is
+True: `ros2 run` without the launch file sends no command."""
 PARAMETER_DESCRIPTIONS = {
     "policy_path": "exported ONNX policy (policies/<name>.onnx); read at configure",
     "hardware_config": "robot description (hardware/<robot>.yaml): joints, limits, gains, topics; fixed at launch",

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from robo_rl.deploy import ros_interface as names
 from robo_rl.deploy.reset_modules import RESET_MODULES
-from robo_rl.deploy.runtime import RuntimeConfig
+from robo_rl.deploy.runtime_config import RuntimeConfig
 
 LIFECYCLE_STATES = ("unconfigured", "inactive", "active", "finalized")
 """Primary lifecycle states (lifecycle_msgs/State labels)."""

@@ -40,11 +40,11 @@ from robo_rl.deploy.robot import TRANSPORTS, ConnectOptions, RobotInterface, Tra
 from robo_rl.deploy.runtime import (
     RUNTIME_REQUESTS,
     PolicyRuntime,
-    RuntimeConfig,
     check_reported_joints,
     needs_reported_ee,
     wait_for_fresh_state,
 )
+from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.state_machine import Mode
 
 

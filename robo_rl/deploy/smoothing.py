@@ -87,9 +87,11 @@ def braking_velocity(distance: np.ndarray, acceleration: np.ndarray, jerk: np.nd
 class JerkLimitedInterpolator:
     """Setpoints at `rate_hz` that follow a target within position, velocity, acceleration and jerk limits.
 
-    State: q, v, a (J,) of the last setpoint. `start(q)` puts it at rest at the measured q (libfranka requires the
-    first setpoint to equal the measured pose, at rest); `advance(target, n)` returns the next n setpoints towards
-    `target`; `advance(None, n)` brakes to rest where it can. All arrays are in one joint order (the caller's).
+    State: q, v, a (J,) of the last setpoint, or (N, J) for N robots at once (the simulation's worlds: every
+    operation is per joint and broadcasts). `start(q)` puts it at rest at the measured q (libfranka requires the first
+    setpoint to equal the measured pose, at rest); `restart(rows, q)` does so for some of N robots; `advance(target,
+    n)` returns the next n setpoints towards `target`; `advance(None, n)` brakes to rest where it can. All arrays are
+    in one joint order (the caller's).
 
     Args:
         limits: the bounds (SetpointLimits).
@@ -117,15 +119,28 @@ class JerkLimitedInterpolator:
         return self.q is not None
 
     def start(self, q: np.ndarray) -> None:
-        """Rest at q (J,), exactly (libfranka's first setpoint is the measured pose; one at or past a limit moves back
-        inside, never further out)."""
-        q = np.asarray(q, dtype=np.float64)
-        if q.shape != self.limits.lower.shape or not np.all(np.isfinite(q)):
-            raise ValueError(f"start pose of shape {q.shape} with non-finite values: {len(self.limits.lower)} finite "
-                             "joint positions needed")
+        """Rest at q (J,) or (N, J), exactly (libfranka's first setpoint is the measured pose; one at or past a limit
+        moves back inside, never further out)."""
+        q = self._pose(q)
         self.q = q.copy()
         self.v = np.zeros_like(self.q)
         self.a = np.zeros_like(self.q)
+
+    def restart(self, rows: np.ndarray, q: np.ndarray) -> None:
+        """Rest at q (K, J) for rows `rows` (K,) of a started (N, J) state; the other rows move on."""
+        if self.q is None or self.q.ndim != 2:
+            raise ValueError("JerkLimitedInterpolator.restart needs a started (N, J) state")
+        self.q[rows] = self._pose(q)
+        self.v[rows] = 0.0
+        self.a[rows] = 0.0
+
+    def _pose(self, q: np.ndarray) -> np.ndarray:
+        """q as float64 (..., J); ValueError unless it is finite with one position per joint."""
+        q = np.asarray(q, dtype=np.float64)
+        if q.shape[-1:] != self.limits.lower.shape or not np.all(np.isfinite(q)):
+            raise ValueError(f"start pose of shape {q.shape} with non-finite values: {len(self.limits.lower)} finite "
+                             "joint positions needed")
+        return q
 
     def _acceleration(self, target: np.ndarray | None) -> np.ndarray:
         """The next setpoint's acceleration (J,): the tracking wish inside the hard bounds (module docstring)."""
@@ -154,14 +169,14 @@ class JerkLimitedInterpolator:
         return np.minimum(np.maximum(a_want, low), high)
 
     def advance(self, target: np.ndarray | None, steps: int) -> Setpoints:
-        """The next `steps` setpoints (each (steps, J)) towards `target` (J,) (clamped into the position limits), or
-        braking to rest when it is None. `start` first."""
+        """The next `steps` setpoints (each (steps, J), or (steps, N, J)) towards `target` (J,) or (N, J) (clamped
+        into the position limits), or braking to rest when it is None. `start` first."""
         if self.q is None:
             raise ValueError("JerkLimitedInterpolator.advance before start")
         lim = self.limits
         goal = None if target is None else np.clip(np.asarray(target, dtype=np.float64), lim.lower, lim.upper)
-        n = len(self.q)
-        q_out, v_out, a_out = np.empty((steps, n)), np.empty((steps, n)), np.empty((steps, n))
+        shape = (steps, *self.q.shape)
+        q_out, v_out, a_out = np.empty(shape), np.empty(shape), np.empty(shape)
         for k in range(steps):
             a = self._acceleration(goal)
             v = self.v + a * self.h

@@ -16,6 +16,10 @@ class TaskConfig:
     """Domain randomisation ranges (robo_rl.tasks.events; all off by default)."""
     motor_lag_s: float = _f(0.0, ge=0.0, le=1.0)
     """Time constant (s) of a first-order lag between commanded and applied joint targets (0: none)."""
+    setpoint_controller: str = ""
+    """A hardware file whose controller takes setpoints (`controller.setpoint_rate_hz`, a Franka's 1 kHz): the
+    policy's targets reach the actuators as that robot's jerk-limited setpoint stream, as the deploy core sends it
+    (robo_rl.tasks.setpoint_path); "": each target steps in at the tick."""
     obs_history: dict[str, int] = _f({})
     """Stacked steps of a policy observation term (default 1); recorded in the deploy contract and honoured there."""
     reset_group_size: int = _f(1, ge=1)

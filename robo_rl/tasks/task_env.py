@@ -30,6 +30,7 @@ from robo_rl.tasks.mjcf import load_mjcf
 from robo_rl.tasks.observation_manager import ObservationManager, with_history
 from robo_rl.tasks.randomization import DomainRandomization
 from robo_rl.tasks.reset_groups import ResetGroups
+from robo_rl.tasks.setpoint_path import SetpointPath
 from robo_rl.terms import TermContext
 from robo_rl.terms.joint_position_offset import joint_position_offset_spec
 
@@ -101,6 +102,8 @@ class TaskEnv(DomainRandomization, ResetGroups):
         self.policy_terms = with_history(self.policy_terms, getattr(cfg, "obs_history", {}))
         self.rand: DomainRandConfig = getattr(cfg, "randomization", None) or DomainRandConfig()
         self._resolve_joints()
+        self._setpoints = self._setpoint_path(cfg, num_envs)
+        self._tick_target: Tensor | None = None  # (N, J) the targets of this step, played through `_setpoints`
         self._build_action_terms()
         self.observations = ObservationManager(
             self.policy_terms, self.critic_extra_terms, num_envs=num_envs, noise=self.rand.obs_noise,
@@ -153,6 +156,15 @@ class TaskEnv(DomainRandomization, ResetGroups):
             "torque_limits": tuple(m.actuator_forcerange[a, 1].tolist()),
         }
 
+    def _setpoint_path(self, cfg: Any, num_envs: int) -> SetpointPath | None:
+        """The robot's setpoint stream of `cfg.setpoint_controller` (None without one)."""
+        hardware = getattr(cfg, "setpoint_controller", "")
+        if not hardware:
+            return None
+        lead = (self._kd_nominal / self._kp_nominal).numpy()  # (J,)
+        return SetpointPath(hardware, tuple(self.joint_names), physics_dt=cfg.physics_dt, decimation=cfg.decimation,
+                            lead=lead, num_envs=num_envs)
+
     def _load_model(self, cfg: Any) -> Any:
         """The MjModel the backend will own (a task overrides this to edit the model, e.g. fill terrain)."""
         return load_mjcf(cfg.model, motor_lag_s=getattr(cfg, "motor_lag_s", 0.0), lag_actuators=self.joint_names)
@@ -189,8 +201,16 @@ class TaskEnv(DomainRandomization, ResetGroups):
         return len(cls.joint_names)
 
     def _set_joint_targets(self, q_target: Tensor, ids: Tensor | None = None) -> None:
-        """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl."""
+        """Write joint position targets (N, J), or (K, J) for worlds `ids`, into the actuators' ctrl.
+
+        With a setpoint controller (cfg.setpoint_controller) the step's targets (N, J) are kept for `_step_physics`,
+        which plays them as setpoints; a reset's (K, J) are written and restart the setpoint stream there."""
         ctrl = self.backend.ctrl
+        if self._setpoints is not None:
+            if ids is None:
+                self._tick_target = q_target
+                return
+            self._setpoints.restart(ids, q_target)
         if ids is not None:
             ctrl[ids[:, None], self._act_columns] = q_target.to(ctrl.dtype)
         elif isinstance(self.act_idx, slice):
@@ -208,7 +228,7 @@ class TaskEnv(DomainRandomization, ResetGroups):
             policy_dt=self.dt,
             physics_dt=self.cfg.physics_dt,
             quaternion_order="wxyz",
-            extra=extra,
+            extra=extra if self._setpoints is None else {**extra, "setpoint_rate_hz": self._setpoints.rate_hz},
         )
 
     # ------------------------------------------------------------------ to implement per task
@@ -217,6 +237,17 @@ class TaskEnv(DomainRandomization, ResetGroups):
     def _apply_action(self, action: Tensor) -> None:
         """Write actuator targets for the raw actions (N, A) applied this step (after any latency) into ctrl."""
         self._set_joint_targets(self._action_targets(action))
+
+    def _step_physics(self) -> None:
+        """One policy step of physics: `decimation` substeps with the targets in ctrl, or, with a setpoint controller,
+        each substep with the setpoint the robot plays then (`SetpointPath`)."""
+        if self._setpoints is None or self._tick_target is None:
+            self.backend.step(self.cfg.decimation)
+            return
+        ctrl = self.backend.ctrl
+        for target in self._setpoints.substep_targets(self._tick_target):  # (N, J) each
+            ctrl[:, self._act_columns] = target.to(ctrl.dtype)
+            self.backend.step(1)
 
     def _refresh_state(self) -> None:
         """Refresh the float32 state and sensor copies: one conversion each, the parts are views of them.
@@ -337,7 +368,7 @@ class TaskEnv(DomainRandomization, ResetGroups):
         if self._pushes:
             self._interval_events()
         self._apply_action(actions)
-        self.backend.step(self.cfg.decimation)
+        self._step_physics()
         self._refresh()
         self._clocks += 1
         self._post_physics()
@@ -472,6 +503,8 @@ class TaskEnv(DomainRandomization, ResetGroups):
         }
         if self._action_queue is not None:
             out["action_queue"] = self._action_queue.clone()
+        if self._setpoints is not None:
+            out["setpoints"] = self._setpoints.state()
         out.update(self.observations.state_dict())
         out.update({f"randomization/{k}": v.clone() for k, v in self.randomization.items()})
         out.update({f"task/{k}": v.clone() for k, v in self._task_buffers().items()})
@@ -495,6 +528,8 @@ class TaskEnv(DomainRandomization, ResetGroups):
         self._push_timer.copy_(state["push_timer"])
         if self._action_queue is not None:
             self._action_queue.copy_(state["action_queue"])
+        if self._setpoints is not None:
+            self._setpoints.load_state(state["setpoints"])
         self.observations.load_state_dict(state)
         for k, v in self.randomization.items():
             v.copy_(state[f"randomization/{k}"])

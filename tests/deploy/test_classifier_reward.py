@@ -9,7 +9,7 @@ from robo_rl.deploy.camera_frames import centre_crop
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.reward_modules import ClassifierReward, debounce_count, make_reward, parse_reward_spec
 from robo_rl.deploy.robot import RobotState
-from robo_rl.deploy.runtime import RuntimeConfig
+from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.success_classifier import ClassifierSpec, OnnxClassifier, preprocess_frame
 from tests.conftest import REPO
 

@@ -23,7 +23,8 @@ from robo_rl.deploy import ros_messages as rm  # noqa: E402
 from robo_rl.deploy.dds_settings import DdsSettings  # noqa: E402
 from robo_rl.deploy.hardware import load_hardware  # noqa: E402
 from robo_rl.deploy.robot import JointCommand  # noqa: E402
-from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig  # noqa: E402
+from robo_rl.deploy.runtime import PolicyRuntime  # noqa: E402
+from robo_rl.deploy.runtime_config import RuntimeConfig  # noqa: E402
 from robo_rl.deploy.state_machine import Mode  # noqa: E402
 from robo_rl.deploy.transports.dds import dds_types as dt  # noqa: E402
 from robo_rl.deploy.transports.dds import unitree  # noqa: E402

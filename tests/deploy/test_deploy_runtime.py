@@ -8,7 +8,8 @@ import pytest
 
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.robot import JointCommand, RobotState
-from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
+from robo_rl.deploy.runtime import PolicyRuntime
+from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.session import make_robot
 from robo_rl.deploy.state_machine import Mode
 from tests.conftest import REPO

@@ -15,7 +15,8 @@ from robo_rl.deploy.estimation import (
 )
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.robot import JointCommand, RobotState
-from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig
+from robo_rl.deploy.runtime import PolicyRuntime
+from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.session import make_robot, open_session
 from robo_rl.deploy.state_machine import Mode
 from robo_rl.sim.mjmodel import mujoco  # a headless MUJOCO_GL before mujoco loads: other tests render

@@ -5,7 +5,8 @@ import pytest
 
 from robo_rl.deploy.estop_heartbeat import EstopHeartbeat, check_estop_timeout
 from robo_rl.deploy.robot import JointCommand, RobotState
-from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig, default_pose
+from robo_rl.deploy.runtime import PolicyRuntime, default_pose
+from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.state_machine import Mode
 from tests.conftest import REPO
 

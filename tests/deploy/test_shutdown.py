@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from robo_rl.deploy.robot import JointCommand, RobotState
-from robo_rl.deploy.runtime import PolicyRuntime, RuntimeConfig, default_pose
+from robo_rl.deploy.runtime import PolicyRuntime, default_pose
+from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.shutdown import TEARDOWN_ORDER, ShutdownRequest, run_teardown
 from robo_rl.deploy.state_machine import Mode
 from tests.conftest import REPO

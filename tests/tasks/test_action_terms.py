@@ -29,8 +29,8 @@ def pick_contract():
 
 
 def test_version_1_contract_reads_as_one_offset_term():
-    """The committed policies carry version-1 contracts: one kind and scale for every joint."""
-    raw = json.loads((REPO / "policies" / "panda_reach.json").read_text())
+    """A committed policy carries a version-1 contract (go2_walk: one kind and scale for every joint)."""
+    raw = json.loads((REPO / "policies" / "go2_walk.json").read_text())
     assert raw["version"] == 1 and "terms" not in raw["action"]
     contract = DeployContract.from_json(json.dumps(raw))
     validate_terms(contract)

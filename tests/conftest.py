@@ -48,6 +48,15 @@ def load_script(name: str):
     return module
 
 
+def hardware_variant(tmp_path: Path, robot: str, old: str, new: str) -> str:
+    """A copy of hardware/<robot>.yaml in tmp_path with the text `old` (which must be there) replaced by `new`."""
+    text = (REPO / "hardware" / f"{robot}.yaml").read_text()
+    assert old in text, old
+    path = tmp_path / f"{robot}.yaml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
 def run_cli(*args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `python -m robo_rl.cli ARGS` in a subprocess (what a user's `robo-rl ARGS` does)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}

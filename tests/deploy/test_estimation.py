@@ -20,7 +20,7 @@ from robo_rl.deploy.runtime_config import RuntimeConfig
 from robo_rl.deploy.session import make_robot, open_session
 from robo_rl.deploy.state_machine import Mode
 from robo_rl.sim.mjmodel import mujoco  # a headless MUJOCO_GL before mujoco loads: other tests render
-from tests.conftest import REPO
+from tests.conftest import REPO, hardware_variant
 
 GO2 = load_hardware(REPO / "hardware" / "go2.yaml")
 WALK = REPO / "policies" / "go2_walk.onnx"
@@ -153,11 +153,7 @@ def test_velocity_tracking_reward_runs_on_the_twin_with_the_estimator():
 
 def go2_variant(tmp_path, old: str, new: str) -> str:
     """go2.yaml with `old` replaced by `new`."""
-    text = (REPO / "hardware" / "go2.yaml").read_text()
-    assert old in text
-    path = tmp_path / "go2.yaml"
-    path.write_text(text.replace(old, new))
-    return str(path)
+    return hardware_variant(tmp_path, "go2", old, new)
 
 
 def test_a_model_without_foot_sites_is_refused_before_the_robot_is_reached(tmp_path):

@@ -13,7 +13,7 @@ from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.policy import check_setpoint_path
 from robo_rl.deploy.smoothing import JerkLimitedInterpolator, SetpointLimits
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
-from tests.conftest import REPO
+from tests.conftest import REPO, hardware_variant
 
 PANDA = load_hardware(REPO / "hardware" / "panda.yaml")
 
@@ -100,14 +100,6 @@ def test_the_contract_says_so_and_a_robot_without_that_controller_refuses_it_in_
     assert "setpoint_rate_hz" not in make_env("").contract.extra  # trained on targets that step in at the tick
 
 
-def panda_edited(tmp_path, old: str, new: str) -> str:
-    text = (REPO / "hardware" / "panda.yaml").read_text()
-    assert old in text
-    path = tmp_path / "panda_edited.yaml"
-    path.write_text(text.replace(old, new))
-    return str(path)
-
-
 @pytest.mark.parametrize("edit, message", [
     (("model_joint_names: [joint1,", "model_joint_names: [shoulder,"), "joint1"),  # a joint the task moves is missing
     (("  setpoint_rate_hz: 1000\n", "  setpoint_rate_hz: 150\n"),  # 0.75 setpoints per 5 ms physics step
@@ -115,7 +107,7 @@ def panda_edited(tmp_path, old: str, new: str) -> str:
     (None, "hardware file 'hardware/nope.yaml'"),
 ])
 def test_a_setpoint_controller_that_cannot_drive_the_task_is_refused_in_one_line(tmp_path, edit, message):
-    hardware = "hardware/nope.yaml" if edit is None else panda_edited(tmp_path, *edit)
+    hardware = "hardware/nope.yaml" if edit is None else hardware_variant(tmp_path, "panda", *edit)
     with pytest.raises(ConfigError) as exc:
         make_env(hardware)
     text = str(exc.value)

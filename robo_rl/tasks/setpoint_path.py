@@ -12,6 +12,8 @@ world at once and gives each physics substep the setpoint the robot plays then, 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -30,6 +32,7 @@ class SetpointPath:
         joint_names: the task's joints (the model's names), in its target order: the hardware's joints, any order.
         physics_dt, decimation: the task's physics step (s) and physics steps per policy step.
         lead: (J,) kd / kp of the joints' servos (the velocity of a setpoint enters as kd / kp * dq).
+        default_q: (J,) the pose every world's stream rests at until its first reset.
         num_envs: N worlds.
 
     Raises:
@@ -38,7 +41,7 @@ class SetpointPath:
     """
 
     def __init__(self, hardware: str, joint_names: tuple[str, ...], *, physics_dt: float, decimation: int,
-                 lead: np.ndarray, num_envs: int):
+                 lead: np.ndarray, default_q: np.ndarray, num_envs: int):
         field = "env.setpoint_controller"
         try:
             hw = load_hardware(find_asset(hardware, what="hardware file"))
@@ -53,45 +56,33 @@ class SetpointPath:
         if len(order) != len(hw.joint_names):
             raise ConfigError(f"config error: {field} {hardware!r} has {len(hw.joint_names)} joints; the task "
                               f"moves {len(order)}: the setpoints need every joint of the robot")
-        self.limits = SetpointLimits(lower=limits.lower[order], upper=limits.upper[order],
-                                     velocity=limits.velocity[order], acceleration=limits.acceleration[order],
-                                     jerk=limits.jerk[order])  # (J,) each, task order
+        # (J,) each, in the task's joint order
+        self.limits = SetpointLimits(**{f.name: getattr(limits, f.name)[order] for f in dataclasses.fields(limits)})
         self.rate_hz = rate
         self.interpolator = JerkLimitedInterpolator(self.limits, rate)
+        self.interpolator.start(np.repeat(np.asarray(default_q, np.float64)[None], num_envs, axis=0))  # (N, J)
         self.steps = round(physics_dt * decimation * rate)  # setpoints per policy step
         per_substep = round(physics_dt * rate)
         # The twin's playback (SimRobot._play): substep k starts at k * physics_dt and holds the setpoint reached then.
         self.played = np.array([max(k * per_substep, 1) - 1 for k in range(decimation)])  # (decimation,)
         self.lead = np.asarray(lead, dtype=np.float64)  # (J,)
-        self.num_envs = num_envs
 
     def restart(self, ids: Tensor, q: Tensor) -> None:
         """Worlds `ids` (K,) rest at q (K, J): the setpoint stream starts from the reset pose."""
-        q64 = q.detach().to("cpu", torch.float64).numpy()
-        if not self.interpolator.started:
-            start = np.repeat(np.clip(q64[:1], self.limits.lower, self.limits.upper), self.num_envs, axis=0)
-            self.interpolator.start(start)  # (N, J); every world is restarted at its own pose before it steps
-        self.interpolator.restart(ids.cpu().numpy(), q64)
+        self.interpolator.restart(ids.cpu().numpy(), q.detach().to("cpu", torch.float64).numpy())
 
     def substep_targets(self, target: Tensor) -> Tensor:
-        """(decimation, N, J) actuator targets of one policy step towards `target` (N, J): the setpoint played in
-        each substep plus its velocity lead; on target's dtype and device."""
+        """(decimation, N, J) float64 actuator targets (CPU) of one policy step towards `target` (N, J): the setpoint
+        played in each substep plus its velocity lead."""
         points = self.interpolator.advance(target.detach().to("cpu", torch.float64).numpy(), self.steps)
-        ctrl = points.q[self.played] + self.lead * points.dq[self.played]  # (decimation, N, J)
-        return torch.from_numpy(ctrl).to(target.device, target.dtype)
+        return torch.from_numpy(points.q[self.played] + self.lead * points.dq[self.played])
 
     def state(self) -> Tensor:
         """(3, N, J) float64: the last setpoint's q, v, a of every world (a run resumes bit-for-bit)."""
         i = self.interpolator
-        if not i.started:  # before the first reset: nothing to continue
-            return torch.zeros(0, dtype=torch.float64)
-        return torch.from_numpy(np.stack([i.q, i.v, i.a]).copy())
+        return torch.from_numpy(np.stack([i.q, i.v, i.a]))
 
     def load_state(self, state: Tensor) -> None:
         """Continue from `state()`."""
-        if state.numel() == 0:
-            return
-        q, v, a = state.to("cpu", torch.float64).numpy().copy()
-        self.interpolator.start(q)
-        self.interpolator.v, self.interpolator.a = v, a
-
+        i = self.interpolator
+        i.q, i.v, i.a = state.to("cpu", torch.float64).numpy().copy()

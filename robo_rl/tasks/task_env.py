@@ -163,7 +163,7 @@ class TaskEnv(DomainRandomization, ResetGroups):
             return None
         lead = (self._kd_nominal / self._kp_nominal).numpy()  # (J,)
         return SetpointPath(hardware, tuple(self.joint_names), physics_dt=cfg.physics_dt, decimation=cfg.decimation,
-                            lead=lead, num_envs=num_envs)
+                            lead=lead, default_q=self._contract_joints["default_joint_pos"], num_envs=num_envs)
 
     def _load_model(self, cfg: Any) -> Any:
         """The MjModel the backend will own (a task overrides this to edit the model, e.g. fill terrain)."""
@@ -245,8 +245,8 @@ class TaskEnv(DomainRandomization, ResetGroups):
             self.backend.step(self.cfg.decimation)
             return
         ctrl = self.backend.ctrl
-        for target in self._setpoints.substep_targets(self._tick_target):  # (N, J) each
-            ctrl[:, self._act_columns] = target.to(ctrl.dtype)
+        for target in self._setpoints.substep_targets(self._tick_target):  # (N, J) float64 each
+            ctrl[:, self._act_columns] = target.to(ctrl.device, ctrl.dtype)
             self.backend.step(1)
 
     def _refresh_state(self) -> None:

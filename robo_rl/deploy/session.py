@@ -256,9 +256,11 @@ def _stdin_words(stream: TextIO, out: queue.Queue) -> None:
 
 def _operate(runtime: PolicyRuntime, entry: Transport, link, words: queue.Queue, duration_s: float | None,
              status_every_s: float, out: TextIO) -> None:
-    """Carry out operator words, publish diagnostics, print status lines until the end (see run_deploy)."""
+    """Carry out operator words, publish diagnostics (every diagnostics period and at once when the mode changes),
+    print status lines until the end (see run_deploy)."""
     start = time.monotonic()
     next_diag = next_status = start
+    published_mode = None
     while runtime.active:
         now = time.monotonic()
         if duration_s is not None and now - start >= duration_s:
@@ -274,10 +276,10 @@ def _operate(runtime: PolicyRuntime, entry: Transport, link, words: queue.Queue,
                 runtime.start()
             elif mode in (Mode.DAMP, Mode.ESTOP):
                 return
-        if link is not None and now >= next_diag:
+        if link is not None and (now >= next_diag or mode is not published_mode):
             level, message, values = runtime.diagnostics()
             link.publish_diagnostics(time.time(), level, message, values)
-            next_diag = now + runtime.config.diagnostics_period_s
+            next_diag, published_mode = now + runtime.config.diagnostics_period_s, mode
         if now >= next_status:
             print("\r" + runtime.status_line(), end="", file=out, flush=True)
             next_status = now + status_every_s

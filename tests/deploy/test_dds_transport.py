@@ -507,7 +507,8 @@ def test_deploy_records_over_dds_and_the_episode_replays_over_dds(dds_domain, tm
     deploy = probe = replay = None
     try:
         deploy, probe = _deploy_and_start(dds_domain, "panda_reach", "panda", tmp_path, "--record",
-                                          str(tmp_path / "rec"), "--reward", "goal_distance")
+                                          str(tmp_path / "rec"), "--reward", "goal_distance",
+                                          "--target", "0.5,0.1,0.4")  # the episode's target from its first tick
         probe.target(0.5, 0.1, 0.4)
         time.sleep(2.0)
         log = _finish(deploy, twin=None, tmp_path=tmp_path)

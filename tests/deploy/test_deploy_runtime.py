@@ -268,3 +268,41 @@ def test_a_failing_tick_hook_never_stops_the_loop():
         sent = c.tick(s.robot.time)
     assert len(calls) == 10 and calls[-1] is sent and c.hook_errors == 10
     assert c.last_hook_error == "RuntimeError: recorder disk full" and c.mode is Mode.RAMP
+
+
+def test_diagnostics_go_out_at_once_when_the_mode_changes():
+    """`robo-rl deploy` publishes /diagnostics every diagnostics period and also on the loop pass that sees a new mode,
+    so a short POLICY episode (a reward module's success ends it within a second) is never missed by an operator."""
+    import io
+    import queue
+    from types import SimpleNamespace
+
+    from robo_rl.deploy.session import _operate
+
+    class Runtime:  # the deploy loop's view of a PolicyRuntime: READY for 3 passes, then POLICY, then it stops
+        config = SimpleNamespace(diagnostics_period_s=60.0)
+
+        def __init__(self):
+            self.passes = 0
+            self.controller = SimpleNamespace(mode=Mode.READY)
+
+        @property
+        def active(self):
+            self.passes += 1
+            self.controller.mode = Mode.READY if self.passes <= 3 else Mode.POLICY
+            return self.passes <= 8
+
+        def diagnostics(self):
+            return "ok", "", {"mode": self.controller.mode.name}
+
+        def request(self, word):
+            raise AssertionError(word)
+
+        def status_line(self):
+            return ""
+
+    published = []
+    link = SimpleNamespace(requests=list, publish_diagnostics=lambda stamp, level, message, values:
+                           published.append(values["mode"]))
+    _operate(Runtime(), SimpleNamespace(rehearsal=False), link, queue.Queue(), None, 60.0, io.StringIO())
+    assert published == ["READY", "POLICY"]

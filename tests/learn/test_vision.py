@@ -235,3 +235,20 @@ def test_bad_weight_files_are_refused(tmp_path, lite0_file):
         assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="_bn0.running_var"):
         EfficientNetLiteEncoder(weights=tmp_path / "missing.pth")
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_frozen_features_computed_ahead_give_the_same_tokens(name, frames, request):
+    """What SFT's feature cache relies on: the frozen part run ahead, then the trained rest, is the encoder."""
+    encoder = _encoder(name, request)
+    frozen = encoder.frozen_features(frames[64])
+    if name == "cnn":  # every layer trains: nothing to compute ahead
+        assert frozen is None
+        return
+    assert frozen.shape == (3, 40, 8, 8) and not frozen.requires_grad
+    torch.testing.assert_close(encoder.tokens_from_frozen(frozen), encoder(frames[64]), rtol=0, atol=1e-6)
+    encoder.cpu_chunk = 2  # computed in chunks: the same features (up to the convolutions' batch-size paths)
+    torch.testing.assert_close(encoder.frozen_features(frames[64]), frozen, rtol=1e-3, atol=1e-3)
+    # gradients reach the trained projection through the cached features
+    encoder.tokens_from_frozen(frozen).sum().backward()
+    assert encoder.proj.weight.grad is not None and all(p.grad is None for p in encoder.trunk.parameters())

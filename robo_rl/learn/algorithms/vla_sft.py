@@ -29,7 +29,7 @@ from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.algorithms.bc import chunk_indices
 from robo_rl.learn.networks.text_encoder import InstructionEmbeddings
-from robo_rl.learn.networks.vision import make_image_encoder, random_shift
+from robo_rl.learn.networks.vision import ImageEncoder, make_image_encoder, random_shift
 from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, state_columns
 from robo_rl.learn.runner import OfflineRunner
 
@@ -68,6 +68,11 @@ class VLASFTConfig:
     max_grad_norm: float = _f(1.0, gt=0.0)
     image_shift: int = _f(4, ge=0, le=16)
     """Random-shift augmentation of the SFT images (pixels; 0: none)."""
+    feature_cache: int = _f(0, ge=0, le=64)
+    """K > 0: run the image encoder's frozen part (`efficientnet-lite0`'s trunk) once, before training, on K copies
+    of every frame (the first as recorded, the others randomly shifted by up to `image_shift` pixels), kept in
+    memory as float16; each gradient step then reads one copy per sample instead of encoding its images. 0: encode
+    (and shift) every step's images."""
 
 
 @dataclass
@@ -134,6 +139,30 @@ def _instruction_index(task: str, spec: EnvSpec, dataset: str) -> int:
                            "instructions (record the dataset with this task)") from None
 
 
+def frozen_feature_cache(encoder: ImageEncoder, images: Tensor, copies: int, shift: int,
+                         generator: torch.Generator, chunk: int = 1024) -> Tensor:
+    """The encoder's frozen features of `copies` versions of every image (M, 3, S, S) uint8: the first as given, the
+    others DrQ-shifted by up to `shift` pixels -> (copies, M, C0, h, w) float16.
+
+    Raises:
+        ConfigError: the encoder has no frozen part (one line).
+    """
+    probe = encoder.frozen_features(images[:1])
+    if probe is None:
+        raise ConfigError(f"config error: algo.feature_cache = {copies}: the image encoder "
+                          f"({type(encoder).__name__}) trains every layer, so nothing can be computed ahead; use "
+                          "policy.image_encoder: efficientnet-lite0, or algo.feature_cache: 0")
+    m = images.shape[0]
+    cache = torch.empty(copies, m, *probe.shape[1:], dtype=torch.float16, device=images.device)
+    for k in range(copies):
+        for start in range(0, m, chunk):
+            part = images[start:start + chunk]
+            if k and shift:
+                part = random_shift(part, shift, generator)
+            cache[k, start:start + chunk] = encoder.frozen_features(part).to(torch.float16)
+    return cache
+
+
 class VLASFT:
     """Flow-matching gradient steps on in-memory demonstrations (see the module docstring)."""
 
@@ -145,6 +174,11 @@ class VLASFT:
         normalizer = policy.obs_normalizer
         if hasattr(normalizer, "update") and int(normalizer.count) == 0:
             normalizer.update(demos.obs[:, policy.state_columns])  # fitted once, to the whole dataset
+        self.feature_cache = None  # (K, M, C0, h, w) float16: the frozen image features of K copies of each frame
+        if cfg.feature_cache:
+            seed = torch.Generator().manual_seed(generator.initial_seed() + 1)  # not the training stream: resumes alike
+            self.feature_cache = frozen_feature_cache(policy.image_encoder, demos.images, cfg.feature_cache,
+                                                      cfg.image_shift, seed)
 
     def _trained_parameters(self) -> list[torch.nn.Parameter]:
         """Everything that shapes the deterministic chain (the frozen encoder parts excluded); not the noise head or
@@ -163,7 +197,11 @@ class VLASFT:
         for _ in range(cfg.num_steps_per_env):
             idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=g, device=g.device).to(demos.obs.device)
             obs, chunks = demos.batch(idx)
-            if cfg.image_shift:
+            if self.feature_cache is not None:
+                copy = torch.randint(0, self.feature_cache.shape[0], idx.shape, generator=g, device=g.device)
+                obs["image_frozen"] = self.feature_cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
+                del obs["image"]
+            elif cfg.image_shift:
                 obs["image"] = random_shift(obs["image"], cfg.image_shift, g)
             loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g)
             self.optimizer.zero_grad(set_to_none=True)

@@ -81,6 +81,16 @@ class ImageEncoder(nn.Module):
         """uint8 (N, 3, H, W) -> float feature map (N, C, h, w)."""
         raise NotImplementedError
 
+    def frozen_features(self, images: Tensor) -> Tensor | None:
+        """The part of the encoder that never trains, run on uint8 images (N, 3, H, W) without gradients: its float
+        feature map (N, C0, h, w), or None when every layer trains (nothing can be computed ahead).
+        `tokens_from_frozen` finishes the encoding: `tokens_from_frozen(frozen_features(x))` equals `forward(x)`."""
+        return None
+
+    def tokens_from_frozen(self, frozen: Tensor) -> Tensor:
+        """The trained rest of the encoder on `frozen_features`' output (N, C0, h, w) -> tokens (N, T, C)."""
+        raise NotImplementedError(f"{type(self).__name__} has no frozen part")
+
     def forward(self, images: Tensor) -> Tensor:
         """uint8 (N, 3, H, W) -> tokens (N, T, C), row-major over the h x w grid; ValueError on other input."""
         check_images(images, self.min_size)
@@ -225,8 +235,21 @@ class EfficientNetLiteEncoder(ImageEncoder):
         return self
 
     def features(self, images: Tensor) -> Tensor:
+        return self.proj(self._trunk(images))  # (N, C, H/stride, W/stride)
+
+    def _trunk(self, images: Tensor) -> Tensor:
         x = (images.float() - LITE0_MEAN) / LITE0_STD  # (N, 3, H, W) in [-0.99, 1]
-        return self.proj(self.trunk(x))  # (N, C, H/stride, W/stride)
+        return self.trunk(x)  # (N, C_trunk, H/stride, W/stride)
+
+    @torch.no_grad()
+    def frozen_features(self, images: Tensor) -> Tensor:
+        """The frozen trunk's feature map (N, C_trunk, H/stride, W/stride) (see `ImageEncoder.frozen_features`)."""
+        check_images(images, self.min_size)
+        parts = images.split(self.cpu_chunk) if images.device.type == "cpu" else (images,)
+        return torch.cat([self._trunk(part) for part in parts])
+
+    def tokens_from_frozen(self, frozen: Tensor) -> Tensor:
+        return self.proj(frozen).flatten(2).transpose(1, 2)  # (N, T, C)
 
 
 IMAGE_ENCODERS: Registry[Callable[..., ImageEncoder]] = Registry("image encoder", field="policy.image_encoder")

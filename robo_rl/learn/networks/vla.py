@@ -229,14 +229,23 @@ class VLAPolicy(nn.Module):
 
     # ------------------------------------------------------------------ the VLA interface
     def encode_prefix(self, obs: dict[str, Tensor]) -> Tensor:
-        """Observation groups ("image" (N, 3, S, S) uint8, "text" (N,) long, "policy" (N, O)) -> ctx (N, L, W)."""
+        """Observation groups ("image" (N, 3, S, S) uint8, "text" (N,) long, "policy" (N, O)) -> ctx (N, L, W).
+
+        "image_frozen" (N, C0, h, w) in place of "image": the image encoder's frozen features of the images,
+        computed ahead (`ImageEncoder.frozen_features`; SFT's `algo.feature_cache`)."""
         state = self.obs_normalizer(obs["policy"][:, self.state_columns])  # (N, O_s)
-        return self.fuse(obs["image"], self.instruction_table[obs["text"].long()], state)
+        instruction = self.instruction_table[obs["text"].long()]  # (N, E)
+        if "image_frozen" in obs:
+            return self.fuse_tokens(self.image_encoder.tokens_from_frozen(obs["image_frozen"]), instruction, state)
+        return self.fuse(obs["image"], instruction, state)
 
     def fuse(self, image: Tensor, instruction: Tensor, state: Tensor) -> Tensor:
         """The prefix ctx (N, L, W) of images (N, 3, S, S) uint8, instruction embeddings (N, E) and normalised states
         (N, O_s): what `encode_prefix` computes once the instruction is embedded (the exported graph's inputs)."""
-        tokens = self.image_encoder(image)  # (N, T0, C)
+        return self.fuse_tokens(self.image_encoder(image), instruction, state)
+
+    def fuse_tokens(self, tokens: Tensor, instruction: Tensor, state: Tensor) -> Tensor:
+        """`fuse` from the image encoder's tokens (N, T0, C)."""
         side, pooled = self._grid
         if pooled != side:
             grid = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, side, side)  # (N, C, side, side)

@@ -227,6 +227,23 @@ def test_release_select_and_refusals_against_the_twins_service(dds_domain):
     finally:
         robot_side.close()
         twin_side.close()
+    robot_side, twin_side = DdsEndpoint(dds_domain), DdsEndpoint(dds_domain)
+    try:  # an answer lost (the service drops its first request): the client sends the request again
+        class DropsFirst(ms.MotionSwitcherService):
+            dropped = 0
+
+            def _on_request(self, msg, received):
+                if not self.dropped:
+                    self.dropped += 1
+                    return
+                super()._on_request(msg, received)
+
+        service = DropsFirst(twin_side, "normal")
+        client = ms.MotionSwitcherClient(robot_side, timeout_s=5.0)
+        assert client.check_mode() == "normal" and service.dropped == 1 and service.requests == 1
+    finally:
+        robot_side.close()
+        twin_side.close()
     lonely = DdsEndpoint(dds_domain)
     try:  # no service on the network
         with pytest.raises(ValueError, match="^cannot release the robot's sport mode: no motion switcher service"):

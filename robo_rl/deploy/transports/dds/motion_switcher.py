@@ -34,6 +34,8 @@ OK = 0
 ERR_UNSUPPORTED_MODE = 7004
 ERR_RELEASE = 7008
 ERR_API_NOT_IMPLEMENTED = 3203
+RESEND_S = 0.5
+"""An unanswered request is sent again after this long (an answer can be lost while discovery completes)."""
 SPORT_MODES = ("normal", "ai", "advanced")
 """The Go2's sport-mode controllers (CheckMode reports one of these, or "" once released)."""
 
@@ -58,7 +60,7 @@ class MotionSwitcherClient:
         self._writer = endpoint.writer(REQUEST_TOPIC, dt.Request_, names.COMMAND_QOS)
         self._answers: dict[int, dt.Response_] = {}
         self._arrived = threading.Condition()
-        endpoint.reader(RESPONSE_TOPIC, dt.Response_, names.EVENT_QOS, self._on_response)
+        self._reader = endpoint.reader(RESPONSE_TOPIC, dt.Response_, names.EVENT_QOS, self._on_response)
 
     def _on_response(self, msg: dt.Response_, received: float) -> None:
         with self._arrived:
@@ -68,16 +70,26 @@ class MotionSwitcherClient:
     def call(self, api_id: int, parameter: dict | None = None) -> tuple[int, dict]:
         """(status code, JSON data) of one call; TimeoutError (one line) when the service does not answer."""
         end = time.monotonic() + self.timeout_s
-        while not self._writer.get_matched_subscriptions():  # a request sent before discovery is lost
+        # A request sent before discovery is lost, and so is an answer sent before the service's answer writer
+        # found our reader: wait for both directions.
+        while not (self._writer.get_matched_subscriptions() and self._reader.get_matched_publications()):
             if time.monotonic() > end:
                 raise TimeoutError(f"no motion switcher service on {REQUEST_TOPIC} within {self.timeout_s:g} s")
             time.sleep(0.02)
-        request_id = time.monotonic_ns()
-        self._writer.write(request_message(api_id, parameter or {}, request_id))
         with self._arrived:
-            if not self._arrived.wait_for(lambda: request_id in self._answers, max(0.0, end - time.monotonic())):
+            self._answers.clear()  # late duplicates of earlier calls' answers
+        request_id = time.monotonic_ns()
+        message = request_message(api_id, parameter or {}, request_id)
+        answered = lambda: request_id in self._answers  # noqa: E731
+        while True:  # the request is sent again every RESEND_S until answered (the calls are idempotent)
+            left = end - time.monotonic()
+            if left <= 0:
                 raise TimeoutError(f"the motion switcher did not answer request {api_id} within {self.timeout_s:g} s")
-            answer = self._answers.pop(request_id)
+            self._writer.write(message)
+            with self._arrived:
+                if self._arrived.wait_for(answered, min(left, RESEND_S)):
+                    answer = self._answers.pop(request_id)
+                    break
         if int(answer.header.identity.api_id) != api_id:
             raise ValueError(f"the motion switcher answered api {answer.header.identity.api_id} to request {api_id}")
         return int(answer.header.status.code), (json.loads(answer.data) if answer.data else {})

@@ -85,9 +85,12 @@ class VLADemonstrations:
     obs: Tensor
     actions: Tensor
 
-    def batch(self, idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
-        """(observation groups, action chunks) of rows `idx`."""
-        return {"image": self.images[idx], "text": self.text[idx], "policy": self.obs[idx]}, self.actions[idx]
+    def batch(self, idx: Tensor, images: bool = True) -> tuple[dict[str, Tensor], Tensor]:
+        """(observation groups, action chunks) of rows `idx`; without "image" when `images` is False."""
+        obs = {"text": self.text[idx], "policy": self.obs[idx]}
+        if images:
+            obs["image"] = self.images[idx]
+        return obs, self.actions[idx]
 
 
 def load_vla_demonstrations(cfg: VLASFTConfig, spec: EnvSpec, horizon: int) -> VLADemonstrations:
@@ -196,11 +199,10 @@ class VLASFT:
         self.policy.train()
         for _ in range(cfg.num_steps_per_env):
             idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=g, device=g.device).to(demos.obs.device)
-            obs, chunks = demos.batch(idx)
+            obs, chunks = demos.batch(idx, images=self.feature_cache is None)
             if self.feature_cache is not None:
                 copy = torch.randint(0, self.feature_cache.shape[0], idx.shape, generator=g, device=g.device)
                 obs["image_frozen"] = self.feature_cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
-                del obs["image"]
             elif cfg.image_shift:
                 obs["image"] = random_shift(obs["image"], cfg.image_shift, g)
             loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g)

@@ -94,10 +94,13 @@ class ImageEncoder(nn.Module):
     def forward(self, images: Tensor) -> Tensor:
         """uint8 (N, 3, H, W) -> tokens (N, T, C), row-major over the h x w grid; ValueError on other input."""
         check_images(images, self.min_size)
+        return self._in_chunks(lambda part: self.features(part).flatten(2).transpose(1, 2), images)  # (N, T, C)
+
+    def _in_chunks(self, fn: Callable[[Tensor], Tensor], images: Tensor) -> Tensor:
+        """fn over the batch, `cpu_chunk` images at a time on the CPU (one pass while exporting or elsewhere)."""
         if torch.compiler.is_exporting() or images.device.type != "cpu" or images.shape[0] <= self.cpu_chunk:
-            return self.features(images).flatten(2).transpose(1, 2)  # (N, C, h*w) -> (N, T, C)
-        parts = [self.features(part).flatten(2).transpose(1, 2) for part in images.split(self.cpu_chunk)]
-        return torch.cat(parts)  # (N, T, C)
+            return fn(images)
+        return torch.cat([fn(part) for part in images.split(self.cpu_chunk)])
 
 
 class SmallCnnEncoder(ImageEncoder):
@@ -245,8 +248,7 @@ class EfficientNetLiteEncoder(ImageEncoder):
     def frozen_features(self, images: Tensor) -> Tensor:
         """The frozen trunk's feature map (N, C_trunk, H/stride, W/stride) (see `ImageEncoder.frozen_features`)."""
         check_images(images, self.min_size)
-        parts = images.split(self.cpu_chunk) if images.device.type == "cpu" else (images,)
-        return torch.cat([self._trunk(part) for part in parts])
+        return self._in_chunks(self._trunk, images)
 
     def tokens_from_frozen(self, frozen: Tensor) -> Tensor:
         return self.proj(frozen).flatten(2).transpose(1, 2)  # (N, T, C)

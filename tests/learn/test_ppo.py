@@ -154,7 +154,8 @@ def test_bfloat16_precision_steps_close_to_float32():
     f32 = _filled_ppo("log", epochs=2, minibatches=2)
     b16 = _filled_ppo("log", epochs=2, minibatches=2, precision="bfloat16")
     before = [p.detach().clone() for p in f32.policy.parameters()]
-    f32.update(), b16.update()
+    f32.update()
+    b16.update()
     for p0, p32, p16 in zip(before, f32.policy.parameters(), b16.policy.parameters(), strict=True):
         step32, step16 = p32.detach() - p0, p16.detach() - p0
         assert torch.linalg.vector_norm(step16 - step32) <= 0.1 * torch.linalg.vector_norm(step32) + 1e-6

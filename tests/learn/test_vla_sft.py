@@ -69,8 +69,8 @@ def test_vla_sft_in_bfloat16_trains_near_float32_and_resumes_exactly(vision_demo
     """`algo.precision=bfloat16`: the steps' layers run in bfloat16 (the weights end apart from float32's, but near
     them), the parameters stay float32, and the run resumes bit for bit."""
     bf16 = ["--set", "algo.precision=bfloat16"]
-    f32 = ["--set", "algo.precision=float32"]
-    assert _train(tmp_path, vision_demos / "ds", "f32", "--max-iterations", "2", *f32) == 0, capsys.readouterr().err
+    fp32 = ["--set", "algo.precision=float32"]
+    assert _train(tmp_path, vision_demos / "ds", "f32", "--max-iterations", "2", *fp32) == 0, capsys.readouterr().err
     assert _train(tmp_path, vision_demos / "ds", "p", "--max-iterations", "2", *bf16) == 0, capsys.readouterr().err
     assert _train(tmp_path, vision_demos / "ds", "q", "--max-iterations", "1", *bf16) == 0, capsys.readouterr().err
     assert call(["train", "--resume", str(tmp_path / "q"), "--max-iterations", "2"]) == 0, capsys.readouterr().err

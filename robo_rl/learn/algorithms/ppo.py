@@ -247,8 +247,9 @@ class PPO:
             return self.policy.critic(critic_n).squeeze(-1).float()
 
     def _value(self, critic_obs: Tensor) -> Tensor:
-        """Values (N,) of raw critic observations (N, O_c)."""
-        return self._critic(self.policy.critic_obs_normalizer(critic_obs))
+        """Values (N,) float32 of raw critic observations (N, O_c): `ActorCritic.value` in this precision."""
+        with autocast(self.precision, self._device):
+            return self.policy.value(critic_obs).float()
 
     # ------------------------------------------------------------------ rollout
     @torch.no_grad()

@@ -1,5 +1,6 @@
-"""SAC learns arm-reach with few worlds, and its exported policy closes the loop on the sim twin through the
-deploy core with the task metric it reached in simulation (marked slow: one ~2-minute training, shared)."""
+"""SAC starts to learn arm-reach with few worlds, and its exported policy closes the loop on the sim twin through the
+deploy core with the task metric it reached in simulation (marked slow: one ~20 s training, shared). How far and how
+fast SAC learns arm-reach is scripts/bench_sac.py's target (a return of -0.35, against stable-baselines3)."""
 
 import numpy as np
 import pytest
@@ -11,8 +12,8 @@ from tests.conftest import REPO
 from tests.deploy.test_deploy_closed_loop import reach_distances
 from tests.learn.test_learning import Recorder, mean_of
 
-ITERATIONS = 300
-"""2,400 env steps of the preset's 64 worlds and 4,800 gradient steps (the preset itself runs 600)."""
+ITERATIONS = 100
+"""800 env steps of the preset's 64 worlds and 1,600 gradient steps (the preset itself runs 600 iterations)."""
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def trained(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_sac_learns_to_reach(trained):
+def test_sac_starts_to_reach(trained):
     _, history, evaluation = trained
     first = mean_of(history, "Metrics/ee_distance_final", lambda h: h[:10])
     last = mean_of(history, "Metrics/ee_distance_final", lambda h: h[-20:])
@@ -41,10 +42,10 @@ def test_sac_learns_to_reach(trained):
     print(f"SAC arm-reach: training distance {first:.3f} -> {last:.3f} m, return {early_return:.3f} -> "
           f"{late_return:.3f}, evaluation {evaluation}")
     assert first > 0.25  # random actions end far from the targets
-    assert last < 0.15 and late_return > early_return + 0.5  # measured: -0.99 -> -0.21
-    # measured here with seed 0: 0.089 m (the deterministic policy; PPO's quick start reaches < 1 cm with
-    # 1,000x the samples)
-    assert evaluation["metrics"]["ee_distance_final"] < 0.12, evaluation
+    # goal-directed already (measured with seed 0: 0.70 -> 0.21 m in training, 0.21 m evaluated; 0.09 m after 300
+    # iterations): enough for the twin to show the same behaviour
+    assert last < 0.3 and last < first - 0.3, (first, last)
+    assert evaluation["metrics"]["ee_distance_final"] < 0.3, evaluation
 
 
 @pytest.mark.slow

@@ -14,7 +14,14 @@ from robo_rl.learn.algorithm_registry import EnvSpec  # noqa: E402
 from robo_rl.learn.algorithms.vla_sft import VLASFT, VLADemonstrations, VLASFTConfig, build_vla_policy  # noqa: E402
 from robo_rl.learn.builders import env_spec  # noqa: E402
 from robo_rl.learn.networks.flow import chain_log_prob, euler_step_stats, noisy_chain  # noqa: E402
-from robo_rl.learn.networks.vla import VLAPolicyConfig, bind, sample_flow_times, state_columns  # noqa: E402
+from robo_rl.learn.networks.vla import (  # noqa: E402
+    VLAPolicyConfig,
+    bind,
+    cell_centres,
+    sample_flow_times,
+    spatial_softmax,
+    state_columns,
+)
 from robo_rl.tasks.task_registry import make_env  # noqa: E402
 
 SMALL = VLAPolicyConfig(horizon=4, execute_steps=2, num_steps=3, width=32, heads=2, prefix_layers=1,
@@ -53,6 +60,55 @@ def test_the_vla_interface_on_the_vision_task(vision_env, spec):
         # the image matters: another image, another context
         other = {**obs, "image": torch.flip(obs["image"], dims=(-1,))}
         assert not torch.allclose(policy.encode_prefix(other), ctx)
+
+
+def test_spatial_softmax_keypoints_find_where_their_feature_is():
+    side = 8
+    cells = cell_centres(side)  # (64, 2)
+    assert torch.allclose(cells[0], torch.tensor([-1 + 1 / side, -1 + 1 / side]))  # the top left cell's centre
+    assert torch.allclose(cells[side + 2], torch.tensor([-1 + 5 / side, -1 + 3 / side]))  # row 1, column 2
+    # one feature channel lights up at cell (row 5, column 3); keypoint 0 looks for it sharply, keypoint 1 not at all
+    features = torch.zeros(2, side * side, 4)  # (N, T, C)
+    features[0, 5 * side + 3, 0] = 1.0
+    features[1, 1 * side + 6, 0] = 1.0
+    logits = torch.stack([50 * features[..., 0], torch.zeros(2, side * side)], dim=-1)  # (N, T, K = 2)
+    pooled, xy = spatial_softmax(logits, features, cells)
+    assert pooled.shape == (2, 2, 4) and xy.shape == (2, 2, 2)
+    assert torch.allclose(xy[0, 0], cells[5 * side + 3], atol=1e-3)
+    assert torch.allclose(xy[1, 0], cells[1 * side + 6], atol=1e-3)
+    assert torch.allclose(pooled[:, 0, 0], torch.ones(2), atol=1e-3)  # it reads the feature it found
+    assert torch.allclose(xy[:, 1], torch.zeros(2, 2), atol=1e-6)  # uniform attention: the image's centre
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "efficientnet-lite0"])
+def test_keypoint_image_tokens_on_the_finer_grid(vision_env, spec, encoder):
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(SMALL, image_encoder=encoder, image_stride=4, image_pool="keypoints", image_keypoints=5,
+                              instruction_keypoints=2)
+    policy = build_vla_policy(cfg, spec).eval()
+    assert policy.image_encoder.stride == 4 and policy.cell_xy.shape == ((spec.image_size // 4) ** 2, 2)
+    obs = vision_env.reset()
+    with torch.no_grad():
+        ctx = policy.encode_prefix(obs)
+        assert ctx.shape == (3, 5 + 2 + 2, SMALL.width)  # 5 + 2 keypoint tokens, instruction, state
+        # the instruction keypoints look for what the instruction names: other words, other logits over the cells
+        tokens = policy.image_encoder(obs["image"])  # (3, T, C)
+        table = policy.instruction_table
+        q0, q1 = (policy.keypoint_queries(table[i]).view(2, -1) for i in (0, 1))
+        assert not torch.allclose(tokens @ q0.T, tokens @ q1.T)
+        assert policy.act_inference(obs).shape == (3, SMALL.execute_steps, spec.action_dim)
+        # moving the image moves the keypoints, so the context changes
+        other = {**obs, "image": torch.roll(obs["image"], shifts=8, dims=-1)}
+        assert not torch.allclose(policy.encode_prefix(other), ctx)
+    # the chain that export turns into a graph captures whole (torch.export, the ONNX exporter's first step)
+    chain, _ = policy.inference_policy()
+    state, image, instruction = policy.graph_inputs(obs)
+    noise = torch.randn(3, policy.flat_dim)
+    program = torch.export.export(chain, (state, noise, image, instruction))
+    assert torch.allclose(program.module()(state, noise, image, instruction), chain(state, noise, image, instruction),
+                          atol=1e-5)
+    with pytest.raises(ConfigError, match="policy.image_stride = 2"):
+        dataclasses.replace(cfg, image_stride=2).validate()
 
 
 def test_flow_noise_std_stays_in_its_bounds_whatever_the_weights(spec):
@@ -164,3 +220,18 @@ def test_vla_rl_recomputes_the_rollouts_log_likelihood_exactly(method):
     if method == "flow-sde":
         steps = algo.storage.extras["sde_step"]
         assert steps.min() >= 0 and steps.max() < SMALL.num_steps
+
+
+def test_vla_rl_takes_every_layer_sft_trained_whatever_the_image_pooling(spec):
+    from robo_rl.learn.algorithms import vla_rl
+
+    for cfg in (SMALL, dataclasses.replace(SMALL, image_pool="keypoints", image_stride=4, image_keypoints=3,
+                                           instruction_keypoints=2, aux_terms=("object_pos",))):
+        keys = build_vla_policy(cfg, spec).state_dict()
+        rl_only = [k for k in keys if k.startswith(("noise_head.", "critic."))]
+        sft_only = [k for k in keys if k.startswith("aux_")]  # the auxiliary loss's head and label statistics
+        copied = [k for k in keys if k.startswith(vla_rl._SFT_KEYS)]
+        assert sorted(rl_only + sft_only + copied) == sorted(keys)
+    fields = {f.name for f in dataclasses.fields(VLAPolicyConfig)}
+    assert {"image_stride", "image_pool", "image_keypoints", "instruction_keypoints"} <= set(vla_rl._SHAPE_FIELDS)
+    assert set(vla_rl._SHAPE_FIELDS) <= fields

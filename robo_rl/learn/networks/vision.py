@@ -104,18 +104,26 @@ class ImageEncoder(nn.Module):
 
 
 class SmallCnnEncoder(ImageEncoder):
-    """A CNN trained from scratch: three 3x3 stride-2 conv + GroupNorm + SiLU layers, then a 1x1 projection.
+    """A CNN trained from scratch: three (or `stride`'s number of) 3x3 stride-2 conv + GroupNorm + SiLU layers, then
+    a 1x1 projection.
 
     Args:
         token_dim: C, the width of each token.
         channels: output channels of the three stride-2 layers (each divisible by `groups`).
         groups: GroupNorm groups.
+        stride: 2, 4 or 8: the first log2(stride) of those layers only (pixels per token side).
     """
 
-    def __init__(self, token_dim: int = 64, channels: tuple[int, ...] = (32, 64, 64), groups: int = 8):
+    def __init__(self, token_dim: int = 64, channels: tuple[int, ...] = (32, 64, 64), groups: int = 8,
+                 stride: int | None = None):
         super().__init__()
         if token_dim < 1:
             raise ValueError(f"token_dim = {token_dim}: must be >= 1")
+        if stride is not None:
+            if stride not in [2 ** k for k in range(1, len(channels) + 1)]:
+                raise ValueError(f"stride = {stride}: the cnn encoder's strides are "
+                                 f"{[2 ** k for k in range(1, len(channels) + 1)]}")
+            channels = tuple(channels[: int(math.log2(stride))])
         if not channels or any(c < 1 or c % groups for c in channels):
             raise ValueError(f"channels = {channels}: one or more positive channel counts divisible by groups "
                              f"({groups})")

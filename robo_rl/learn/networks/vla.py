@@ -11,11 +11,11 @@ Sampling, chain log-likelihoods, SFT and the RL algorithms call only these (plus
 `num_steps`, `action_clip`), so a large VLA (π0, SmolVLA) can stand behind the same interface.
 
 `VLAPolicy` is the small one that trains on a CPU: image tokens from an image encoder
-(`robo_rl.learn.networks.vision`), pooled to a small grid; one token for the instruction (a frozen sentence
-embedding looked up by the "text" group's index); one for the normalised state ("policy" group); a transformer
-encoder over them. The action expert is π0-shaped: one token per action of the chunk, fused with a sinusoidal
-time embedding through an MLP, then transformer decoder layers that attend to each other and to the prefix.
-Flow-matching times are drawn from π0's Beta distribution (noisier times more often).
+(`robo_rl.learn.networks.vision`), pooled to a small grid or to spatial-softmax keypoints; one token for the
+instruction (a frozen sentence embedding looked up by the "text" group's index); one for the normalised state
+("policy" group); a transformer encoder over them. The action expert is π0-shaped: one token per action of the
+chunk, fused with a sinusoidal time embedding through an MLP, then transformer decoder layers that attend to each
+other and to the prefix. Flow-matching times are drawn from π0's Beta distribution (noisier times more often).
 """
 
 from __future__ import annotations
@@ -73,11 +73,27 @@ class VLAPolicyConfig:
     state_terms: tuple[str, ...] = ()
     """Terms of the "policy" group the VLA reads as its robot state (e.g. joint_pos_rel, joint_vel, ee_pos,
     last_action: what the robot measures, not where the goal cube is); () reads the whole group."""
+    aux_terms: tuple[str, ...] = ()
+    """Terms of the "policy" group that SFT teaches the prefix to predict (an auxiliary loss, `algo.aux_loss_coef`),
+    e.g. object_pos and target_pos: the recorded observations hold where the goal cube and the target are, the VLA
+    never reads them. Labels for training only: the deployed policy needs none of them. () : no auxiliary loss."""
     image_encoder: str = "cnn"
     """`robo_rl.learn.networks.vision` encoder: `cnn` (trained from scratch) or `efficientnet-lite0` (pretrained,
     early blocks frozen)."""
+    image_stride: int = _f(0, ge=0, le=16)
+    """Pixels per side of the encoder's feature cells: 4 or 8 (0: the encoder's default, 8; 64 px -> 8 x 8 cells).
+    Keypoints locate better on the finer grid of stride 4."""
+    image_pool: str = _f("avg", choices=("avg", "keypoints"))
+    """How the encoder's feature grid becomes image tokens: `avg`, average-pooled to `image_grid`²; `keypoints`,
+    `image_keypoints` spatial-softmax keypoints (robomimic's and Diffusion Policy's pooling for precise
+    manipulation), each a token of its expected image position and the features it attends to."""
     image_grid: int = _f(4, ge=0, le=16)
-    """Image tokens are average-pooled to an image_grid x image_grid grid (0: the encoder's own grid)."""
+    """`avg`: image tokens are average-pooled to an image_grid x image_grid grid (0: the encoder's own grid)."""
+    image_keypoints: int = _f(16, ge=1, le=256)
+    """`keypoints`: K, the number of keypoints (image tokens)."""
+    instruction_keypoints: int = _f(0, ge=0, le=64)
+    """`keypoints`: K_q more keypoints whose logits are each cell's features dotted with a query made from the
+    instruction's embedding: "where is what the instruction names", found by what it looks like wherever it lies."""
     width: int = _f(128, ge=8)
     """W: token width of the prefix and the action expert."""
     heads: int = _f(4, ge=1)
@@ -109,6 +125,9 @@ class VLAPolicyConfig:
 
     def validate(self) -> None:
         check_chunk_and_noise(self)
+        if self.image_stride not in (0, 4, 8):
+            raise ConfigError(f"config error: policy.image_stride = {self.image_stride}: must be 4 or 8 (0: the "
+                              "encoder's default, 8)")
         if self.width % self.heads:
             raise ConfigError(f"config error: policy.width = {self.width}: must be a multiple of policy.heads = "
                               f"{self.heads}")
@@ -165,6 +184,20 @@ def bounded_std(raw: Tensor, sigma_min: float, sigma_max: float) -> Tensor:
     return torch.exp(0.5 * log_var)
 
 
+def cell_centres(side: int) -> Tensor:
+    """(side², 2) the (x, y) centres of a side x side grid's cells, row-major, in [-1, 1] (image left/top = -1)."""
+    c = (torch.arange(side, dtype=torch.float32) + 0.5) / side * 2 - 1  # (side,)
+    y, x = torch.meshgrid(c, c, indexing="ij")
+    return torch.stack([x.flatten(), y.flatten()], dim=-1)
+
+
+def spatial_softmax(logits: Tensor, features: Tensor, cell_xy: Tensor) -> tuple[Tensor, Tensor]:
+    """Spatial-softmax keypoints: each keypoint's softmax over the cells of its logits (N, T, K) weights the cells'
+    features (N, T, C) and centres (T, 2); returns (features (N, K, C), expected positions (N, K, 2))."""
+    attention = torch.softmax(logits, dim=1).transpose(1, 2)  # (N, K, T), each row sums to 1
+    return attention @ features, attention @ cell_xy.to(attention.dtype)
+
+
 def _encoder_layer(cfg: VLAPolicyConfig, decoder: bool) -> nn.Module:
     kind = nn.TransformerDecoderLayer if decoder else nn.TransformerEncoderLayer
     return kind(cfg.width, cfg.heads, dim_feedforward=cfg.ffn_mult * cfg.width, dropout=0.0, activation="gelu",
@@ -190,7 +223,8 @@ class VLAPolicy(nn.Module):
     """`act_inference` takes the observation groups ("image", "text", "policy"), not the "policy" tensor alone."""
 
     def __init__(self, cfg: VLAPolicyConfig, state_columns: Tensor, action_dim: int, image_encoder: nn.Module,
-                 image_size: int, instruction_table: Tensor, action_clip: float | None):
+                 image_size: int, instruction_table: Tensor, action_clip: float | None,
+                 aux_columns: Tensor | None = None):
         super().__init__()
         self.config = cfg
         self.horizon, self.action_dim, self.num_steps = cfg.horizon, action_dim, cfg.num_steps
@@ -208,6 +242,14 @@ class VLAPolicy(nn.Module):
             raise ValueError(f"image encoder gives {tokens.shape[1]} tokens: expected a square grid")
         self._grid = (side, cfg.image_grid if 0 < cfg.image_grid < side else side)  # (encoder side, pooled side)
         num_image_tokens = self._grid[1] ** 2
+        if cfg.image_pool == "keypoints":
+            num_image_tokens = cfg.image_keypoints + cfg.instruction_keypoints
+            self.keypoint_logits = nn.Linear(tokens.shape[2], cfg.image_keypoints)  # per cell, one logit per keypoint
+            if cfg.instruction_keypoints:  # instruction (E,) -> K_q queries (K_q, C)
+                queries = cfg.instruction_keypoints * tokens.shape[2]
+                self.keypoint_queries = nn.Linear(instruction_table.shape[1], queries)
+            self.keypoint_proj = nn.Linear(2, w)
+            self.register_buffer("cell_xy", cell_centres(side))  # (side², 2)
         self.register_buffer("instruction_table", instruction_table.to(torch.float32).clone())  # (I, E)
         self.image_proj = nn.Linear(tokens.shape[2], w)
         self.text_proj = nn.Linear(instruction_table.shape[1], w)
@@ -223,6 +265,11 @@ class VLAPolicy(nn.Module):
         self.action_out = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, action_dim))
         self.noise_head = mlp(w + self.flat_dim + 32, cfg.noise_hidden_dims, self.flat_dim, cfg.activation)
         self.critic = mlp(w, cfg.critic_hidden_dims, 1, cfg.activation)
+        aux = torch.zeros(0, dtype=torch.long) if aux_columns is None else aux_columns.to(torch.long)
+        self.register_buffer("aux_columns", aux.clone())  # (O_aux,)
+        self.register_buffer("aux_mean", torch.zeros(aux.numel()))  # (O_aux,) the labels' statistics (SFT fits them)
+        self.register_buffer("aux_std", torch.zeros(aux.numel()))  # all 0: not fitted yet
+        self.aux_head = mlp(w, (w,), aux.numel(), cfg.activation) if aux.numel() else None
         self.obs_normalizer = (EmpiricalNormalization(state_dim, eps=cfg.obs_norm_eps, clip=cfg.obs_norm_clip)
                                if cfg.obs_normalization else nn.Identity())
         self._eval_generator = torch.Generator().manual_seed(0)  # x_0 of act_inference (evaluation only)
@@ -247,10 +294,19 @@ class VLAPolicy(nn.Module):
     def fuse_tokens(self, tokens: Tensor, instruction: Tensor, state: Tensor) -> Tensor:
         """`fuse` from the image encoder's tokens (N, T0, C)."""
         side, pooled = self._grid
-        if pooled != side:
-            grid = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, side, side)  # (N, C, side, side)
-            tokens = nn.functional.adaptive_avg_pool2d(grid, pooled).flatten(2).transpose(1, 2)  # (N, T, C)
-        parts = [self.image_proj(tokens), self.text_proj(instruction)[:, None], self.state_proj(state)[:, None]]
+        if self.config.image_pool == "keypoints":
+            logits = self.keypoint_logits(tokens)  # (N, T, K)
+            if self.config.instruction_keypoints:
+                queries = self.keypoint_queries(instruction).view(tokens.shape[0], -1, tokens.shape[2])  # (N, K_q, C)
+                logits = torch.cat([logits, tokens @ queries.transpose(1, 2) / math.sqrt(tokens.shape[2])], dim=-1)
+            features, xy = spatial_softmax(logits, tokens, self.cell_xy)  # (N, K + K_q, C), (N, K + K_q, 2)
+            image = self.image_proj(features) + self.keypoint_proj(xy)  # (N, K, W)
+        else:
+            if pooled != side:
+                grid = tokens.transpose(1, 2).reshape(tokens.shape[0], -1, side, side)  # (N, C, side, side)
+                tokens = nn.functional.adaptive_avg_pool2d(grid, pooled).flatten(2).transpose(1, 2)  # (N, T, C)
+            image = self.image_proj(tokens)  # (N, T, W)
+        parts = [image, self.text_proj(instruction)[:, None], self.state_proj(state)[:, None]]
         x = torch.cat(parts, dim=1) + self.prefix_pos  # (N, L, W)
         return self.prefix_norm(self.prefix(x))
 
@@ -286,6 +342,12 @@ class VLAPolicy(nn.Module):
         t = sample_flow_times(x1.shape[0], self.config.time_beta, generator).to(x1.device)
         xt = (1 - t[:, None]) * x0 + t[:, None] * x1
         return (self.velocity(ctx, xt, t) - (x1 - x0)).square().mean()
+
+    def aux_loss(self, ctx: Tensor, obs: Tensor) -> Tensor:
+        """Mean squared error of the `aux_terms` predicted from the pooled prefix ctx (N, L, W) against their values
+        in the "policy" observations (N, O), both standardised by the fitted `aux_mean` and `aux_std`."""
+        target = (obs[:, self.aux_columns] - self.aux_mean) / self.aux_std  # (N, O_aux)
+        return (self.aux_head(ctx.mean(1)) - target).square().mean()
 
     def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
         """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain

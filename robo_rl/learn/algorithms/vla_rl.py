@@ -57,6 +57,7 @@ from robo_rl.learn.networks.flow import (
     noisy_chain,
 )
 from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, bind
+from robo_rl.learn.precision import PRECISIONS, autocast, resolve_precision
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
 from robo_rl.learn.runner import OnPolicyRunner
 
@@ -102,6 +103,10 @@ class VLARLConfig:
     grpo_band: tuple[float, float] = _f((0.1, 0.9))
     """GRPO: groups whose success rate lies outside [low, high] (all failed or all solved: no signal) are left out
     of the loss."""
+    precision: str = _f("float32", choices=PRECISIONS)
+    """`bfloat16`: the VLA's layers run under `torch.autocast` in bfloat16, in the rollout and the update alike (the
+    first minibatch's ratio stays one); parameters, optimisers, the chains' arithmetic, likelihoods and losses stay
+    float32 (`robo_rl.learn.precision`). `auto`: bfloat16 where the hardware has it. Export computes in float32."""
 
     def validate(self) -> None:
         band = self.grpo_band
@@ -193,6 +198,7 @@ class VLARL:
         self.actor_optimizer = torch.optim.Adam(self.actor_parameters, lr=cfg.actor_learning_rate)
         self.critic_optimizer = torch.optim.Adam(critic, lr=cfg.critic_learning_rate)
         device = next(policy.parameters()).device
+        self.precision = resolve_precision(cfg.precision, device)  # "float32" or "bfloat16"
         k, d = policy.num_steps, policy.flat_dim
         # the storage's "actions" are flattened chains; the observation groups go to extra buffers
         self.storage = s = RolloutStorage(cfg.num_steps_per_env, num_envs, 1, 1, (k + 1) * d, device)
@@ -218,6 +224,10 @@ class VLARL:
     def act(self, obs: dict[str, Tensor], critic_obs: dict[str, Tensor]) -> Tensor:
         """Sample one chain per world from the prefix of `obs`; the executed actions are the first E of its final
         sample's chunk (N, E, A) (or (N, A) when E = 1)."""
+        with autocast(self.precision, self.storage.rewards.device):
+            return self._act(obs)
+
+    def _act(self, obs: dict[str, Tensor]) -> Tensor:
         s, t, policy = self.storage, self.storage.step, self.policy
         ctx = policy.encode_prefix(obs)
         n, k, d = ctx.shape[0], policy.num_steps, policy.flat_dim
@@ -268,7 +278,8 @@ class VLARL:
         """Record the outcome of the last `act`; time-outs bootstrap from V of the final observation's prefix (GAE;
         GRPO sums the episode's rewards as they are)."""
         def final_values(ids: Tensor) -> Tensor:
-            return self.policy.value(self.policy.encode_prefix({k: v[ids] for k, v in final_obs.items()}))
+            with autocast(self.precision, rewards.device):
+                return self.policy.value(self.policy.encode_prefix({k: v[ids] for k, v in final_obs.items()}))
         if not self.grpo:
             rewards = bootstrap_time_outs(rewards, truncated, final_values, self.cfg.gamma)
         self.storage.record_outcome(rewards, terminated, truncated)
@@ -284,7 +295,9 @@ class VLARL:
             self._grpo_stats = {"grpo_kept_groups": keep.float().mean().item(),
                                 "grpo_success_rate": won.float().mean().item()}
             return
-        s.compute_returns(self.policy.value(self.policy.encode_prefix(last_obs)), self.cfg.gamma, self.cfg.lam)
+        with autocast(self.precision, s.rewards.device):
+            last_values = self.policy.value(self.policy.encode_prefix(last_obs))
+        s.compute_returns(last_values, self.cfg.gamma, self.cfg.lam)
         if self.cfg.normalize_advantage:
             s.advantages = normalize_advantages(s.advantages)
 
@@ -325,23 +338,24 @@ class VLARL:
                 if rows.numel() == 0:
                     continue
                 mb = {k: v.index_select(0, rows) for k, v in mb.items()}
-            ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
-            loss = value_loss = surrogate = entropy = torch.zeros(())
-            if not grpo:
-                value = policy.value(ctx)
-                value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
-                loss = cfg.value_loss_coef * value_loss
-            if train_actor:
-                log_prob, stds = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])
-                surrogate = dual_clip_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"], cfg.clip_param,
-                                                     cfg.dual_clip)
-                loss = loss + surrogate
-                if cfg.method == "flow-noise":
-                    entropy = noise_entropy(stds)
-                    loss = loss - cfg.entropy_coef * entropy
-            else:
-                with torch.no_grad():
-                    log_prob = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])[0]
+            with autocast(self.precision, mb["actions"].device):  # the layers only: their outputs are float32
+                ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
+                loss = value_loss = surrogate = entropy = torch.zeros(())
+                if not grpo:
+                    value = policy.value(ctx)
+                    value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
+                    loss = cfg.value_loss_coef * value_loss
+                if train_actor:
+                    log_prob, stds = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])
+                    surrogate = dual_clip_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"],
+                                                         cfg.clip_param, cfg.dual_clip)
+                    loss = loss + surrogate
+                    if cfg.method == "flow-noise":
+                        entropy = noise_entropy(stds)
+                        loss = loss - cfg.entropy_coef * entropy
+                else:
+                    with torch.no_grad():
+                        log_prob = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])[0]
             self.actor_optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)
             loss.backward()

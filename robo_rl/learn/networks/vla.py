@@ -7,6 +7,8 @@ The interface (`VLA`):
   time t (N,) (our convention, `robo_rl.learn.networks.flow`: t = 0 noise, t = 1 action, v = action - noise);
 - `value(ctx) -> (N,)`: the critic on the fused prefix;
 - `noise_std(ctx, x_t, t) -> (N, D)`: Flow-Noise's learned step noise, bounded in [σ_min, σ_max].
+Their outputs are float32 whatever precision the layers ran in (`robo_rl.learn.precision.autocast`), so the chains'
+arithmetic and likelihoods stay float32.
 Sampling, chain log-likelihoods, SFT and the RL algorithms call only these (plus the sizes `horizon`, `action_dim`,
 `num_steps`, `action_clip`), so a large VLA (π0, SmolVLA) can stand behind the same interface.
 
@@ -316,11 +318,11 @@ class VLAPolicy(nn.Module):
         tok = self.action_in(x_t.reshape(n, self.horizon, self.action_dim))  # (N, H, W)
         time = pi0_time_embedding(t, w)[:, None].expand(n, self.horizon, w)  # (N, H, W)
         tok = self.action_time_mlp(torch.cat([tok, time], dim=-1)) + self.action_pos
-        return self.action_out(self.expert(tok, ctx)).reshape(n, self.flat_dim)
+        return self.action_out(self.expert(tok, ctx)).reshape(n, self.flat_dim).float()
 
     def noise_std(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
         """Flow-Noise's step std (N, D) in [σ_min, σ_max] for ctx (N, L, W), x_t (N, D), t (N,)."""
-        raw = self.noise_head(torch.cat([ctx.mean(1), x_t, pi0_time_embedding(t, 32)], dim=-1))
+        raw = self.noise_head(torch.cat([ctx.mean(1), x_t, pi0_time_embedding(t, 32)], dim=-1)).float()
         return bounded_std(raw, self.config.sigma_min, self.config.sigma_max)
 
     def value(self, ctx: Tensor) -> Tensor:
@@ -328,7 +330,7 @@ class VLAPolicy(nn.Module):
         pooled = ctx.mean(1)
         if self.config.value_input == "detached":
             pooled = pooled.detach()
-        return self.critic(pooled).squeeze(-1)
+        return self.critic(pooled).squeeze(-1).float()
 
     # ------------------------------------------------------------------ sampling and SFT
     def sample(self, ctx: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
@@ -347,7 +349,7 @@ class VLAPolicy(nn.Module):
         """Mean squared error of the `aux_terms` predicted from the pooled prefix ctx (N, L, W) against their values
         in the "policy" observations (N, O), both standardised by the fitted `aux_mean` and `aux_std`."""
         target = (obs[:, self.aux_columns] - self.aux_mean) / self.aux_std  # (N, O_aux)
-        return (self.aux_head(ctx.mean(1)) - target).square().mean()
+        return (self.aux_head(ctx.mean(1)).float() - target).square().mean()
 
     def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
         """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain

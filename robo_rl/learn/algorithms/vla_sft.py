@@ -48,19 +48,9 @@ def build_vla_policy(cfg: VLAPolicyConfig, spec: EnvSpec) -> VLAPolicy:
     encoder = make_image_encoder(cfg.image_encoder, **({"stride": cfg.image_stride} if cfg.image_stride else {}))
     table = InstructionEmbeddings().table(spec.instructions)  # (I, E), frozen
     columns = state_columns(spec.policy_terms, cfg.state_terms, spec.obs_dim)
-    aux = _aux_columns(spec, cfg.aux_terms) if cfg.aux_terms else None
+    aux = state_columns(spec.policy_terms, cfg.aux_terms, spec.obs_dim, "policy.aux_terms") if cfg.aux_terms else None
     policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip, aux)
     return policy.to(spec.device)
-
-
-def _aux_columns(spec: EnvSpec, names: tuple[str, ...]) -> Tensor:
-    """The "policy" group's columns of `policy.aux_terms`; ConfigError (one line) for a term the group lacks."""
-    known = [n for n, _ in spec.policy_terms]
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ConfigError(f"config error: policy.aux_terms: {unknown[0]!r} is not a policy observation term of this "
-                          f"task ({', '.join(known) or 'none known'})")
-    return state_columns(spec.policy_terms, names, spec.obs_dim)
 
 
 @dataclass(frozen=True, kw_only=True)

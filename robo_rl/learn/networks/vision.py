@@ -120,10 +120,10 @@ class SmallCnnEncoder(ImageEncoder):
         if token_dim < 1:
             raise ValueError(f"token_dim = {token_dim}: must be >= 1")
         if stride is not None:
-            if stride not in [2 ** k for k in range(1, len(channels) + 1)]:
-                raise ValueError(f"stride = {stride}: the cnn encoder's strides are "
-                                 f"{[2 ** k for k in range(1, len(channels) + 1)]}")
-            channels = tuple(channels[: int(math.log2(stride))])
+            strides = [2 ** k for k in range(1, len(channels) + 1)]  # one stride-2 layer more each
+            if stride not in strides:
+                raise ValueError(f"stride = {stride}: the cnn encoder's strides are {strides}")
+            channels = tuple(channels[: strides.index(stride) + 1])
         if not channels or any(c < 1 or c % groups for c in channels):
             raise ValueError(f"channels = {channels}: one or more positive channel counts divisible by groups "
                              f"({groups})")

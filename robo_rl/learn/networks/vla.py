@@ -138,19 +138,20 @@ class VLAPolicyConfig:
                               "(Beta(a, 1); π0's is [1.5, 1])")
 
 
-def state_columns(policy_terms: tuple[tuple[str, int], ...], names: tuple[str, ...], obs_dim: int) -> Tensor:
+def state_columns(policy_terms: tuple[tuple[str, int], ...], names: tuple[str, ...], obs_dim: int,
+                  field: str = "policy.state_terms") -> Tensor:
     """Columns (O_s,) of the "policy" group holding the terms `names` (in the group's order), from its layout
     `policy_terms` ((name, width) in order); all O columns when `names` is empty.
 
     Raises:
-        ConfigError: a name that is not a term of the group (one line, listing the terms).
+        ConfigError: a name that is not a term of the group (one line naming the config `field`, listing the terms).
     """
     if not names:
         return torch.arange(obs_dim)
     known = [n for n, _ in policy_terms]
     for name in names:
         if name not in known:
-            raise ConfigError(f"config error: policy.state_terms: {name!r} is not a policy observation term of this "
+            raise ConfigError(f"config error: {field}: {name!r} is not a policy observation term of this "
                               f"task ({', '.join(known) or 'none known'})")
     columns, start = [], 0
     for name, width in policy_terms:

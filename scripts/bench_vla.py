@@ -38,14 +38,14 @@ from robo_rl.learn.run_statistics import summarize
 from robo_rl.tasks.task_env import episode_steps
 
 TASK = "arm-pick-place-vision"
-SFT_PRESET = "sim_configs/arm-pick-place-vision-vla-sft.yaml"
-RL_PRESET = "sim_configs/arm-pick-place-vision-vla-rl.yaml"
+SFT_PRESET = "sim_configs/arm-pick-place-vision-vla-sft-aux.yaml"
+RL_PRESET = "sim_configs/arm-pick-place-vision-vla-rl-aux.yaml"
 EVAL_SEED = 9876
 """Evaluation layouts: a seed neither the recording (0) nor training uses."""
 SMOKE = ("env.episode_length_s=0.3", "policy.width=32", "policy.heads=2", "policy.prefix_layers=1",
          "policy.expert_layers=1")
 """`--smoke`: a tiny VLA on 0.3 s episodes."""
-SMOKE_SFT = ("algo.num_steps_per_env=2", "algo.batch_size=8")
+SMOKE_SFT = ("algo.num_steps_per_env=2", "algo.batch_size=8", "algo.aux_layouts=8")
 SMOKE_RL = ("algo.num_steps_per_env=2", "algo.num_mini_batches=2", "algo.num_learning_epochs=1",
             "algo.critic_warmup_iterations=1", "runner.max_iterations=2")
 METHODS = {"flow-sde": "flow-sde", "flow-noise": "flow-noise", "grpo": "flow-sde + GRPO"}
@@ -62,6 +62,24 @@ def run_cli(argv: list[str]) -> None:
 
 def sets(overrides: tuple[str, ...]) -> list[str]:
     return [arg for o in overrides for arg in ("--set", o)]
+
+
+def _yaml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_yaml_value(v) for v in value) + "]"
+    return str(value)
+
+
+def sft_policy_overrides(sft: Path) -> tuple[str, ...]:
+    """The policy settings vla-rl must share with its SFT run (its registry entry's `same_policy_fields`), as the
+    SFT run `sft` has them: RL from any SFT run (`--sft-run`), whatever encoder and pooling it trained."""
+    from robo_rl.learn.algorithm_registry import ALGORITHMS
+
+    _, _, cfg = load_trained(sft)
+    fields = ALGORITHMS.get("vla-rl").init_from.same_policy_fields
+    return tuple(f"policy.{f}={_yaml_value(getattr(cfg.policy, f))}" for f in fields)
 
 
 def method_overrides(method: str, overrides: tuple[str, ...]) -> tuple[str, ...]:
@@ -142,7 +160,7 @@ def main() -> None:
             smoke = (*SMOKE, *SMOKE_RL) if args.smoke else ()
             run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={sft}", "--max-time",
                      str(args.rl_minutes * 60), *common, "--seed", str(seed), *(sets(SMOKE_RL) if args.smoke else []),
-                     *sets(method_overrides(method, smoke)), "--run-name", name])
+                     *sets(sft_policy_overrides(sft)), *sets(method_overrides(method, smoke)), "--run-name", name])
             _, state, _ = load_trained(root / name)
             print(f"{METHODS[method]}, seed {seed}: {int(state['iteration'])} iterations in "
                   f"{float(state['train_time']):.0f} s", flush=True)

@@ -85,8 +85,9 @@ class AlgorithmEntry:
     for a replay buffer, `OfflineRunner` for a fixed dataset), or a subclass of one."""
     build_policy: Callable[[Any, EnvSpec], nn.Module]
     """(policy config, env spec) -> a freshly initialised policy module (see `Policy`)."""
-    build: Callable[[Any, nn.Module, EnvSpec, torch.Generator], Any]
-    """(algo config, policy module, env spec, generator) -> the algorithm (`robo_rl.learn.algorithms.algorithm`)."""
+    build: Callable[..., Any]
+    """(algo config, policy module, env spec, generator, **what its runner makes for it) -> the algorithm
+    (`robo_rl.learn.algorithms.algorithm`)."""
     init_from: InitFrom | None = None
     """The trained run whose weights the policy starts from, if the algorithm fine-tunes one."""
 

@@ -76,13 +76,15 @@ def build_policy(cfg: TrainConfig, env: TaskEnv) -> nn.Module:
     return ALGORITHMS.get(cfg.algo_name).build_policy(cfg.policy, env_spec(env, learner_device(cfg)))
 
 
-def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator) -> Any:
+def build_algorithm(cfg: TrainConfig, env: TaskEnv, policy: nn.Module, generator: torch.Generator,
+                    **inputs: Any) -> Any:
     """The registered algorithm `cfg.algo_name` (an `Algorithm` of `robo_rl.learn.algorithms.algorithm`), training
-    `policy` on `env` (first loaded from the run its entry's `init_from` names, if any)."""
+    `policy` on `env` (first loaded from the run its entry's `init_from` names, if any); `inputs`: more keyword
+    arguments of its `build` (what its runner makes for it, `Runner._algorithm_inputs`)."""
     entry = ALGORITHMS.get(cfg.algo_name)
     if entry.init_from is not None:
         init_from(entry.init_from, cfg, policy)
-    return entry.build(cfg.algo, policy, env_spec(env, learner_device(cfg)), generator)
+    return entry.build(cfg.algo, policy, env_spec(env, learner_device(cfg)), generator, **inputs)
 
 
 def init_from(spec: InitFrom, cfg: TrainConfig, policy: nn.Module) -> None:

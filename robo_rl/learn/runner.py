@@ -152,7 +152,7 @@ class Runner:
         self.env = build_env(rank)
         self.policy = build_policy(rank, self.env)
         self.generator = torch.Generator(device=self.env.device).manual_seed(rank.seed + 1)  # on the learner's device
-        self.algo = build_algorithm(rank, self.env, self.policy, self.generator)
+        self.algo = build_algorithm(rank, self.env, self.policy, self.generator, **self._algorithm_inputs(rank))
         distributed.broadcast_module(self.policy)
         self.iteration = 0
         self.obs = self.env.reset()
@@ -161,6 +161,10 @@ class Runner:
         self.train_time = 0.0
         self.resume_notes: list[str] = []
         """What a resume could not restore (printed by the CLI)."""
+
+    def _algorithm_inputs(self, rank_cfg: TrainConfig) -> dict[str, Any]:
+        """More keyword arguments for the registered algorithm's `build`, made before it (none by default)."""
+        return {}
 
     # ------------------------------------------------------------------ checkpoints
     def save(self) -> Path | None:

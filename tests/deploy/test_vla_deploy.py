@@ -41,7 +41,8 @@ SCENE = "envs/panda_pick_vision.xml"
 RED, BLUE = "put the red cube on the green marker", "put the blue cube on the green marker"
 SMALL = ["--set", "policy.width=32", "--set", "policy.heads=2", "--set", "policy.prefix_layers=1",
          "--set", "policy.expert_layers=1", "--set", "policy.horizon=4", "--set", "policy.execute_steps=2",
-         "--set", "algo.num_steps_per_env=2", "--set", "algo.batch_size=8", "--set", "runner.eval_episodes=0"]
+         "--set", "algo.num_steps_per_env=2", "--set", "algo.batch_size=8", "--set", "runner.eval_episodes=0",
+         "--set", "algo.aux_layouts=8"]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,8 @@ def vla(tmp_path_factory):
     """(run folder, exported policy path) of a tiny VLA trained for one SFT iteration."""
     root = tmp_path_factory.mktemp("vla")
     record_expert("arm-pick-place-vision", 1, root / "ds", num_envs=1, cameras=("scene",))
-    assert call(["train", "--config", "sim_configs/arm-pick-place-vision-vla-sft.yaml", "--dataset", str(root / "ds"),
+    assert call(["train", "--config", "sim_configs/arm-pick-place-vision-vla-sft-aux.yaml", "--dataset",
+                 str(root / "ds"),
                  "--run-name", "sft", "--num-envs", "2", "--set", f"runner.log_dir={root}", *SMALL,
                  "--max-iterations", "1"]) == 0
     export_policy(root / "sft", root / "vla.onnx", parity_envs=2, parity_steps=4, evaluate=False)

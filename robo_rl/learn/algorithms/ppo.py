@@ -103,12 +103,12 @@ class PPOConfig:
     policy computes in float32."""
 
 
-def adapt_learning_rate(lr: float, kl: float, desired_kl: float) -> float:
-    """RSL-RL's rule: divide by 1.5 when KL > 2 * desired, multiply by 1.5 when KL < desired / 2."""
+def adapt_learning_rate(lr: float, kl: float, desired_kl: float, lo: float = LR_MIN, hi: float = LR_MAX) -> float:
+    """RSL-RL's rule: divide by 1.5 when KL > 2 * desired, multiply by 1.5 when KL < desired / 2; within [lo, hi]."""
     if kl > 2.0 * desired_kl:
-        return max(LR_MIN, lr / 1.5)
+        return max(lo, lr / 1.5)
     if 0.0 < kl < 0.5 * desired_kl:
-        return min(LR_MAX, lr * 1.5)
+        return min(hi, lr * 1.5)
     return lr
 
 

@@ -38,6 +38,7 @@ from robo_rl.core.config import ConfigError, _f
 from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec, InitFrom
 from robo_rl.learn.algorithms.ppo import (
+    adapt_learning_rate,
     approx_kl,
     clip_fraction,
     dual_clip_surrogate_loss,
@@ -85,6 +86,20 @@ class VLARLConfig:
     """Clip of the value change from the rollout's (0: none)."""
     huber_delta: float = _f(10.0, gt=0.0)
     actor_learning_rate: float = _f(1e-4, gt=0.0, le=1.0)
+    """The actor's Adam learning rate (its initial value with the adaptive schedule)."""
+    schedule: str = _f("adaptive", choices=("adaptive", "fixed"))
+    """`adaptive`: RSL-RL's rule on the actor's learning rate (divided by 1.5 when a minibatch's KL from the rollout
+    policy exceeds 2 `desired_kl`, multiplied by 1.5 below half of it; within [1e-7, 1e-3]), the KL estimated from
+    the chain likelihoods (`approx_kl`). A 56 % SFT policy fine-tuned at a fixed 1e-4 moved by a KL of 0.3-2.3 per
+    update and collapsed to 0 % within 5 updates (docs/vla.md)."""
+    desired_kl: float = _f(0.01, gt=0.0)
+    freeze_prefix: bool = False
+    """Keep the prefix (image encoder, keypoints, instruction and state projections, prefix transformer, the auxiliary
+    head and token) at its SFT weights: RL trains the action expert (and Flow-Noise's noise head) only, and the
+    update computes the prefix without gradients."""
+    kl_stop: float = _f(5.0, ge=0.0)
+    """The actor takes no more steps in an update once a minibatch's KL exceeds `kl_stop` x `desired_kl` (the critic
+    goes on); 0: never stops."""
     critic_learning_rate: float = _f(5e-4, gt=0.0, le=1.0)
     gamma: float = _f(0.99, gt=0.0, le=1.0)
     lam: float = _f(0.95, ge=0.0, le=1.0)
@@ -164,6 +179,12 @@ def grpo_decision_advantages(rewards: Tensor, dones: Tensor, success: Tensor, gr
     return advantages.flatten()[None] * in_loss, in_loss, keep, won
 
 
+EXPERT_KEYS = ("action_in.", "action_time_mlp.", "action_pos", "expert.", "action_out.")
+"""The action expert's parameters (what `algo.freeze_prefix` leaves the actor to train)."""
+ACTOR_LR_BOUNDS = (1e-7, 1e-3)
+"""The adaptive schedule keeps the actor's learning rate within these."""
+
+
 def _bound(x: Tensor, clip: float | None) -> Tensor:
     return x if clip is None else x.clamp(-clip, clip)
 
@@ -191,11 +212,13 @@ class VLARL:
         policy.eval()  # rollouts run in eval mode (its attention's fast path), fresh or resumed alike; `update` trains
         critic = list(policy.critic.parameters())
         ids = {id(p) for p in critic}
-        self.actor_parameters = [p for p in policy.parameters() if p.requires_grad and id(p) not in ids]
+        self.actor_parameters = [p for n, p in policy.named_parameters() if p.requires_grad and id(p) not in ids
+                                 and (not cfg.freeze_prefix or n.startswith((*EXPERT_KEYS, "noise_head.")))]
         if cfg.method == "flow-sde":  # its noise is a schedule: the noise head is not used
             noise = {id(p) for p in policy.noise_head.parameters()}
             self.actor_parameters = [p for p in self.actor_parameters if id(p) not in noise]
         self.actor_optimizer = torch.optim.Adam(self.actor_parameters, lr=cfg.actor_learning_rate)
+        self.actor_learning_rate = cfg.actor_learning_rate  # the adaptive schedule's current value
         self.critic_optimizer = torch.optim.Adam(critic, lr=cfg.critic_learning_rate)
         device = next(policy.parameters()).device
         self.precision = resolve_precision(cfg.precision, device)  # "float32" or "bfloat16"
@@ -329,7 +352,7 @@ class VLARL:
         train_actor = grpo or self.updates >= cfg.critic_warmup_iterations
         keys = ("value_loss", "surrogate_loss", "entropy", "clip_fraction", "approx_kl")
         totals = torch.zeros(len(keys))
-        n, ratio_first = 0, 1.0
+        n, ratio_first, kl_stopped = 0, 1.0, False
         policy.train()
         value_clip = cfg.value_clip if cfg.value_clip > 0 else None
         for mb in self.storage.minibatches(cfg.num_mini_batches, cfg.num_learning_epochs, self.generator):
@@ -339,13 +362,14 @@ class VLARL:
                     continue
                 mb = {k: v.index_select(0, rows) for k, v in mb.items()}
             with autocast(self.precision, mb["actions"].device):  # the layers only: their outputs are float32
-                ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
+                with torch.set_grad_enabled(not cfg.freeze_prefix):
+                    ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
                 loss = value_loss = surrogate = entropy = torch.zeros(())
                 if not grpo:
                     value = policy.value(ctx)
                     value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
                     loss = cfg.value_loss_coef * value_loss
-                if train_actor:
+                if train_actor and not kl_stopped:
                     log_prob, stds = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])
                     surrogate = dual_clip_surrogate_loss(log_prob, mb["log_probs"], mb["advantages"],
                                                          cfg.clip_param, cfg.dual_clip)
@@ -356,14 +380,22 @@ class VLARL:
                 else:
                     with torch.no_grad():
                         log_prob = self.minibatch_log_prob(ctx, mb["actions"], mb["sde_step"])[0]
+            actor_steps = train_actor and not kl_stopped
+            if actor_steps:  # the KL of this minibatch before its step: the schedule and the stop read it
+                kl = distributed.mean(approx_kl(log_prob.detach(), mb["log_probs"]).item())
+                if cfg.schedule == "adaptive":
+                    self._set_actor_learning_rate(kl)
+                if cfg.kl_stop and kl > cfg.kl_stop * cfg.desired_kl:
+                    actor_steps, kl_stopped = False, True
             self.actor_optimizer.zero_grad(set_to_none=True)
             self.critic_optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if loss.requires_grad:
+                loss.backward()
             distributed.all_reduce_gradients(policy.parameters())
             if not grpo:
                 torch.nn.utils.clip_grad_norm_(policy.critic.parameters(), cfg.max_grad_norm)
                 self.critic_optimizer.step()
-            if train_actor:
+            if actor_steps:
                 torch.nn.utils.clip_grad_norm_(self.actor_parameters, cfg.max_grad_norm)
                 self.actor_optimizer.step()
             with torch.no_grad():
@@ -380,6 +412,8 @@ class VLARL:
         self.updates += 1
         out = dict(zip(keys, (totals / max(n, 1)).tolist(), strict=True))
         out["ratio_first"] = ratio_first
+        out["actor_learning_rate"] = self.actor_learning_rate
+        out["kl_stopped"] = float(kl_stopped)
         out["actor_trained"] = float(train_actor and n > 0)
         if grpo:
             del out["value_loss"]
@@ -388,6 +422,12 @@ class VLARL:
             out["explained_variance"] = explained_variance(s.values.flatten(), s.returns.flatten()).item()
         return out
 
+    def _set_actor_learning_rate(self, kl: float) -> None:
+        self.actor_learning_rate = adapt_learning_rate(self.actor_learning_rate, kl, self.cfg.desired_kl,
+                                                       *ACTOR_LR_BOUNDS)
+        for group in self.actor_optimizer.param_groups:
+            group["lr"] = self.actor_learning_rate
+
     def inference_policy(self) -> tuple[torch.nn.Module, torch.nn.Module]:
         return self.policy.inference_policy()
 
@@ -395,7 +435,7 @@ class VLARL:
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "actor_optimizer": self.actor_optimizer.state_dict(),
                 "critic_optimizer": self.critic_optimizer.state_dict(), "generator": self.generator.get_state(),
-                "updates": self.updates}
+                "updates": self.updates, "actor_learning_rate": self.actor_learning_rate}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -403,6 +443,7 @@ class VLARL:
         self.critic_optimizer.load_state_dict(state["critic_optimizer"])
         self.generator.set_state(state["generator"])
         self.updates = int(state["updates"])
+        self.actor_learning_rate = float(state.get("actor_learning_rate", self.cfg.actor_learning_rate))
 
 
 def build(cfg: VLARLConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.Generator) -> VLARL:
@@ -424,12 +465,13 @@ def build(cfg: VLARLConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.G
 
 _SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_stride", "image_pool", "image_grid",
                  "image_keypoints", "instruction_keypoints", "width", "heads", "prefix_layers", "expert_layers",
-                 "ffn_mult", "obs_normalization")
+                 "ffn_mult", "obs_normalization", "aux_terms", "aux_token")
 """Policy settings the SFT run must share (they shape the network or feed it)."""
 _SFT_KEYS = ("image_encoder.", "image_proj.", "keypoint_logits.", "keypoint_queries.", "keypoint_proj.", "cell_xy",
              "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.", "action_in.", "action_time_mlp.",
-             "action_pos", "expert.", "action_out.", "obs_normalizer.", "instruction_table", "state_columns")
-"""What SFT trained and the chain uses (everything but the noise head and the critic, and SFT's auxiliary head)."""
+             "action_pos", "expert.", "action_out.", "obs_normalizer.", "instruction_table", "state_columns", "aux_")
+"""What SFT trained (everything but the noise head and the critic): the chain and SFT's auxiliary head, which the
+chain reads with `aux_token` (RL does not train it: it has no labels on a robot)."""
 
 ENTRY = ALGORITHMS.register("vla-rl", AlgorithmEntry(
     config_cls=VLARLConfig, policy_config_cls=VLAPolicyConfig, runner_cls=OnPolicyRunner,

@@ -16,6 +16,7 @@ image encoder, the frozen sentence embedding of each of the task's instructions,
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,11 +29,13 @@ from robo_rl.demos.errors import DatasetError
 from robo_rl.learn import distributed
 from robo_rl.learn.algorithm_registry import ALGORITHMS, AlgorithmEntry, EnvSpec
 from robo_rl.learn.algorithms.bc import chunk_indices
+from robo_rl.learn.builders import build_env
 from robo_rl.learn.networks.text_encoder import InstructionEmbeddings
 from robo_rl.learn.networks.vision import ImageEncoder, make_image_encoder, random_shift
 from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, state_columns
 from robo_rl.learn.precision import PRECISIONS, autocast, resolve_precision
 from robo_rl.learn.runner import OfflineRunner
+from robo_rl.learn.train_config import TrainConfig
 
 
 def build_vla_policy(cfg: VLAPolicyConfig, spec: EnvSpec) -> VLAPolicy:
@@ -81,6 +84,12 @@ class VLASFTConfig:
     """F > 0: the auxiliary loss reads a batch of its own (`batch_size` frames), drawn from each episode's first F
     frames: before the hand reaches the goal cube, where only the image and the instruction say where it is (later
     the hand's own position gives it away). 0: the flow-matching batch."""
+    aux_layouts: int = _f(0, ge=0, le=1_000_000)
+    """L > 0: before training, render L fresh initial states of the task (new layouts and instructions, the hand at
+    home; `render_layouts`); half of every auxiliary batch is drawn from them, half from the recordings (their first
+    `aux_first_frames` frames, or any). The recordings hold a few hundred layouts, which the prefix learns to
+    recognise instead of reading where the cubes are; rendered ones never repeat. Labels only: the flow-matching
+    loss reads the recordings alone."""
     precision: str = _f("float32", choices=PRECISIONS)
     """`bfloat16`: the gradient steps' forward passes run under `torch.autocast` in bfloat16 (parameters, optimiser
     and loss float32; `robo_rl.learn.precision`); `auto`: bfloat16 where the hardware has it. Evaluation, the feature
@@ -151,6 +160,24 @@ def load_vla_demonstrations(cfg: VLASFTConfig, spec: EnvSpec, horizon: int) -> V
                              torch.from_numpy(frame_index).to(dev))
 
 
+def render_layouts(cfg: TrainConfig, count: int, seed: int, batch: int = 64) -> VLADemonstrations:
+    """`count` fresh initial states of `cfg`'s task rendered as the policy sees them: images (L, 3, S, S) uint8,
+    instruction indices (L,), "policy" observations (L, O) (the labels `policy.aux_terms` names), with zero action
+    chunks (L, H A) and frame index 0. Worlds of an env of `batch` worlds seeded `seed`, reset again and again."""
+    env = build_env(cfg, num_envs=min(batch, count), seed=seed)
+    try:
+        parts: list[dict[str, Tensor]] = []
+        for _ in range(-(-count // env.num_envs)):
+            obs = env.reset(random_start=False)
+            parts.append({k: obs[k].clone() for k in ("image", "text", "policy")})
+    finally:
+        env.close()
+    rows = {k: torch.cat([p[k] for p in parts])[:count] for k in parts[0]}
+    flat = cfg.policy.horizon * env.action_dim
+    return VLADemonstrations(rows["image"], rows["text"].long(), rows["policy"].float(), torch.zeros(count, flat),
+                             torch.zeros(count, dtype=torch.long))
+
+
 def _instruction_index(task: str, spec: EnvSpec, dataset: str) -> int:
     try:
         return spec.instructions.index(task)
@@ -186,8 +213,15 @@ def frozen_feature_cache(encoder: ImageEncoder, images: Tensor, copies: int, shi
 class VLASFT:
     """Flow-matching gradient steps on in-memory demonstrations (see the module docstring)."""
 
-    def __init__(self, cfg: VLASFTConfig, policy: VLAPolicy, demos: VLADemonstrations, generator: torch.Generator):
+    def __init__(self, cfg: VLASFTConfig, policy: VLAPolicy, demos: VLADemonstrations, generator: torch.Generator,
+                 layouts: VLADemonstrations | None = None):
         self.cfg, self.policy, self.demos, self.generator = cfg, policy, demos, generator
+        if layouts is not None and policy.aux_head is None:
+            raise ConfigError(f"config error: algo.aux_layouts = {cfg.aux_layouts}: rendered layouts only train the "
+                              "auxiliary prediction; name its terms in policy.aux_terms (e.g. [object_pos,target_pos])")
+        self.layouts = None if layouts is None else VLADemonstrations(
+            *(x.to(demos.obs.device) for x in (layouts.images, layouts.text, layouts.obs, layouts.actions,
+                                               layouts.frame_index)))
         policy.eval()  # evaluation runs in eval mode, fresh or resumed alike; `update` trains
         self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)
@@ -207,6 +241,15 @@ class VLASFT:
             seed = torch.Generator().manual_seed(generator.initial_seed() + 1)  # not the training stream: resumes alike
             self.feature_cache = frozen_feature_cache(policy.image_encoder, demos.images, cfg.feature_cache,
                                                       cfg.image_shift, seed)
+        self.layout_cache = None  # (K, L, C0, h, w) float16: the same for the rendered layouts
+        if cfg.feature_cache and self.layouts is not None:
+            seed = torch.Generator().manual_seed(generator.initial_seed() + 2)
+            self.layout_cache = frozen_feature_cache(policy.image_encoder, self.layouts.images, cfg.feature_cache,
+                                                     cfg.image_shift, seed)
+        if cfg.feature_cache:  # the steps read the cached features only: the images' memory goes (800 episodes: 3.9 GB)
+            self.demos = dataclasses.replace(demos, images=demos.images[:0].clone())
+            if self.layouts is not None:
+                self.layouts = dataclasses.replace(self.layouts, images=self.layouts.images[:0].clone())
 
     def _trained_parameters(self) -> list[torch.nn.Parameter]:
         """Everything that shapes the deterministic chain (the frozen encoder parts excluded); not the noise head or
@@ -226,10 +269,7 @@ class VLASFT:
         for _ in range(cfg.num_steps_per_env):
             idx = torch.randint(0, m, (min(cfg.batch_size, m),), generator=g, device=g.device).to(demos.obs.device)
             obs, chunks = self._batch(idx)
-            aux_obs = None
-            if aux and self.aux_rows is not None:
-                pick = torch.randint(0, len(self.aux_rows), idx.shape, generator=g, device=g.device)
-                aux_obs = self._batch(self.aux_rows[pick.to(idx.device)])[0]
+            aux_obs = self._aux_batch(idx.shape[0]) if aux else None
             with autocast(self.precision, chunks.device):
                 ctx = self.policy.encode_prefix(obs)
                 loss = self.policy.flow_matching_loss(ctx, chunks, g).float()
@@ -250,14 +290,38 @@ class VLASFT:
             out["aux_loss"] = total_aux / cfg.num_steps_per_env
         return out
 
-    def _batch(self, idx: Tensor) -> tuple[dict[str, Tensor], Tensor]:
-        """(observation groups, action chunks) of dataset rows `idx` (B,) as a gradient step reads them: the frozen
-        image features of one random copy each (`feature_cache`), or the images randomly shifted."""
+    def _aux_batch(self, b: int) -> dict[str, Tensor] | None:
+        """The auxiliary loss's own batch of B observations, or None when it reads the flow-matching batch: rows of
+        the recordings' first `aux_first_frames` frames (or of any frame), half of them replaced by rendered layouts
+        when there are some (`aux_layouts`)."""
+        g, dev = self.generator, self.demos.obs.device
+        if self.aux_rows is None and self.layouts is None:
+            return None
+        own = b if self.layouts is None else b - b // 2  # rows from the recordings
+        if self.aux_rows is not None:
+            pick = torch.randint(0, len(self.aux_rows), (own,), generator=g, device=g.device)
+            rows = self.aux_rows[pick.to(dev)]
+        else:
+            rows = torch.randint(0, self.demos.obs.shape[0], (own,), generator=g, device=g.device).to(dev)
+        obs = self._batch(rows)[0]
+        if self.layouts is None:
+            return obs
+        drawn = torch.randint(0, self.layouts.obs.shape[0], (b // 2,), generator=g, device=g.device).to(dev)
+        rendered = self._batch(drawn, self.layouts, self.layout_cache)[0]
+        return {k: torch.cat([obs[k], rendered[k]]) for k in obs}
+
+    def _batch(self, idx: Tensor, demos: VLADemonstrations | None = None,
+               cache: Tensor | None = None) -> tuple[dict[str, Tensor], Tensor]:
+        """(observation groups, action chunks) of rows `idx` (B,) of the recordings (or of `demos`, whose frozen
+        features are `cache`) as a gradient step reads them: the frozen image features of one random copy each
+        (`feature_cache`), or the images randomly shifted."""
         g = self.generator
-        obs, chunks = self.demos.batch(idx, images=self.feature_cache is None)
-        if self.feature_cache is not None:
-            copy = torch.randint(0, self.feature_cache.shape[0], idx.shape, generator=g, device=g.device)
-            obs["image_frozen"] = self.feature_cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
+        if demos is None:
+            demos, cache = self.demos, self.feature_cache
+        obs, chunks = demos.batch(idx, images=cache is None)
+        if cache is not None:
+            copy = torch.randint(0, cache.shape[0], idx.shape, generator=g, device=g.device)
+            obs["image_frozen"] = cache[copy.to(idx.device), idx].float()  # (B, C0, h, w)
         elif self.cfg.image_shift:
             obs["image"] = random_shift(obs["image"], self.cfg.image_shift, g)
         return obs, chunks
@@ -275,11 +339,25 @@ class VLASFT:
         self.generator.set_state(state["generator"])
 
 
-def build(cfg: VLASFTConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.Generator) -> VLASFT:
-    return VLASFT(cfg, policy, load_vla_demonstrations(cfg, spec, policy.horizon), generator)
+def build(cfg: VLASFTConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.Generator,
+          layouts: VLADemonstrations | None = None) -> VLASFT:
+    return VLASFT(cfg, policy, load_vla_demonstrations(cfg, spec, policy.horizon), generator, layouts)
+
+
+LAYOUT_SEED_OFFSET = 7_919_000
+"""The rendered layouts' env is seeded `seed + LAYOUT_SEED_OFFSET`: a stream apart from the recordings' and the
+evaluations' small seeds."""
+
+
+class VLASFTRunner(OfflineRunner):
+    """`OfflineRunner` that renders the task's fresh layouts for the auxiliary loss first (`algo.aux_layouts`)."""
+
+    def _algorithm_inputs(self, rank_cfg: TrainConfig) -> dict:
+        count = rank_cfg.algo.aux_layouts
+        return {"layouts": render_layouts(rank_cfg, count, rank_cfg.seed + LAYOUT_SEED_OFFSET)} if count else {}
 
 
 ENTRY = ALGORITHMS.register("vla-sft", AlgorithmEntry(
-    config_cls=VLASFTConfig, policy_config_cls=VLAPolicyConfig, runner_cls=OfflineRunner,
+    config_cls=VLASFTConfig, policy_config_cls=VLAPolicyConfig, runner_cls=VLASFTRunner,
     build_policy=build_vla_policy, build=build))
 """The registry entry."""

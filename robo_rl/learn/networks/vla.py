@@ -79,6 +79,11 @@ class VLAPolicyConfig:
     """Terms of the "policy" group that SFT teaches the prefix to predict (an auxiliary loss, `algo.aux_loss_coef`),
     e.g. object_pos and target_pos: the recorded observations hold where the goal cube and the target are, the VLA
     never reads them. Labels for training only: the deployed policy needs none of them. () : no auxiliary loss."""
+    aux_token: bool = False
+    """The auxiliary head's prediction (standardised, its gradient stopped) becomes one more context token that the
+    action expert and the heads attend to: the expert reads where the prefix sees the cubes, as a state-based policy
+    reads their positions, instead of whatever else in the image tells its training layouts apart. The head is then
+    part of the deployed chain (it reads the image; still no labels)."""
     image_encoder: str = "cnn"
     """`robo_rl.learn.networks.vision` encoder: `cnn` (trained from scratch) or `efficientnet-lite0` (pretrained,
     early blocks frozen)."""
@@ -133,6 +138,9 @@ class VLAPolicyConfig:
         if self.width % self.heads:
             raise ConfigError(f"config error: policy.width = {self.width}: must be a multiple of policy.heads = "
                               f"{self.heads}")
+        if self.aux_token and not self.aux_terms:
+            raise ConfigError("config error: policy.aux_token: the token is the prediction of policy.aux_terms; name "
+                              "them (e.g. [object_pos,target_pos])")
         if len(self.time_beta) != 2 or self.time_beta[0] <= 0 or self.time_beta[1] != 1.0:
             raise ConfigError(f"config error: policy.time_beta = {list(self.time_beta)!r}: expected [a, 1] with a > 0 "
                               "(Beta(a, 1); π0's is [1.5, 1])")
@@ -257,7 +265,8 @@ class VLAPolicy(nn.Module):
         self.image_proj = nn.Linear(tokens.shape[2], w)
         self.text_proj = nn.Linear(instruction_table.shape[1], w)
         self.state_proj = nn.Linear(state_dim, w)
-        self.prefix_pos = nn.Parameter(0.02 * torch.randn(1, num_image_tokens + 2, w))
+        self.prefix_len = num_image_tokens + 2  # L: image tokens, the instruction's, the state's
+        self.prefix_pos = nn.Parameter(0.02 * torch.randn(1, self.prefix_len, w))
         self.prefix = (nn.TransformerEncoder(_encoder_layer(cfg, False), cfg.prefix_layers, enable_nested_tensor=False)
                        if cfg.prefix_layers else nn.Identity())
         self.prefix_norm = nn.LayerNorm(w)
@@ -273,6 +282,7 @@ class VLAPolicy(nn.Module):
         self.register_buffer("aux_mean", torch.zeros(aux.numel()))  # (O_aux,) the labels' statistics (SFT fits them)
         self.register_buffer("aux_std", torch.zeros(aux.numel()))  # all 0: not fitted yet
         self.aux_head = mlp(w, (w,), aux.numel(), cfg.activation) if aux.numel() else None
+        self.aux_token = nn.Linear(aux.numel(), w) if cfg.aux_token and aux.numel() else None
         self.obs_normalizer = (EmpiricalNormalization(state_dim, eps=cfg.obs_norm_eps, clip=cfg.obs_norm_clip)
                                if cfg.obs_normalization else nn.Identity())
         self._eval_generator = torch.Generator().manual_seed(0)  # x_0 of act_inference (evaluation only)
@@ -311,7 +321,11 @@ class VLAPolicy(nn.Module):
             image = self.image_proj(tokens)  # (N, T, W)
         parts = [image, self.text_proj(instruction)[:, None], self.state_proj(state)[:, None]]
         x = torch.cat(parts, dim=1) + self.prefix_pos  # (N, L, W)
-        return self.prefix_norm(self.prefix(x))
+        ctx = self.prefix_norm(self.prefix(x))
+        if self.aux_token is None:
+            return ctx
+        where = self.aux_token(self.aux_prediction(ctx).detach())[:, None]  # (N, 1, W)
+        return torch.cat([ctx, where], dim=1)  # (N, L + 1, W)
 
     def velocity(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor:
         """ctx (N, L, W), x_t (N, D), t (N,) -> v (N, D)."""
@@ -346,11 +360,16 @@ class VLAPolicy(nn.Module):
         xt = (1 - t[:, None]) * x0 + t[:, None] * x1
         return (self.velocity(ctx, xt, t) - (x1 - x0)).square().mean()
 
+    def aux_prediction(self, ctx: Tensor) -> Tensor:
+        """The `aux_terms` (N, O_aux), standardised by `aux_mean` and `aux_std`, predicted from the pooled prefix
+        tokens of ctx (N, L[+1], W) (not the `aux_token` that holds this very prediction)."""
+        return self.aux_head(ctx[:, : self.prefix_len].mean(1))
+
     def aux_loss(self, ctx: Tensor, obs: Tensor) -> Tensor:
-        """Mean squared error of the `aux_terms` predicted from the pooled prefix ctx (N, L, W) against their values
-        in the "policy" observations (N, O), both standardised by the fitted `aux_mean` and `aux_std`."""
+        """Mean squared error of `aux_prediction` against the `aux_terms`' values in the "policy" observations
+        (N, O), standardised."""
         target = (obs[:, self.aux_columns] - self.aux_mean) / self.aux_std  # (N, O_aux)
-        return (self.aux_head(ctx.mean(1)).float() - target).square().mean()
+        return (self.aux_prediction(ctx).float() - target).square().mean()
 
     def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
         """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain

@@ -214,5 +214,7 @@ def test_every_preset_resolves(preset):
     stem = preset.stem
     if stem.endswith("-rlpd"):  # SAC with RLPD's recipe, given with --config
         assert cfg.algo_name == "sac" and cfg.algo.demo_ratio > 0, stem
-    elif cfg.algo_name != "ppo":  # <task>-<algo>.yaml is the default preset of --algo <algo>
-        assert stem.endswith(f"-{cfg.algo_name}") or cfg.task.startswith("gym:"), (stem, cfg.algo_name)
+    elif cfg.algo_name != "ppo":  # <task>-<algo>.yaml is the default preset of --algo <algo>; <task>-<algo>-<variant>
+        # .yaml a variant of it, given with --config
+        assert (stem.endswith(f"-{cfg.algo_name}") or f"-{cfg.algo_name}-" in stem
+                or cfg.task.startswith("gym:")), (stem, cfg.algo_name)

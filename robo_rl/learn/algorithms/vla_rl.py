@@ -468,8 +468,8 @@ _SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_stride", "ima
                  "ffn_mult", "obs_normalization", "aux_terms", "aux_token")
 """Policy settings the SFT run must share (they shape the network or feed it)."""
 _SFT_KEYS = ("image_encoder.", "image_proj.", "keypoint_logits.", "keypoint_queries.", "keypoint_proj.", "cell_xy",
-             "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.", "action_in.", "action_time_mlp.",
-             "action_pos", "expert.", "action_out.", "obs_normalizer.", "instruction_table", "state_columns", "aux_")
+             "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.", *EXPERT_KEYS, "obs_normalizer.",
+             "instruction_table", "state_columns", "aux_")
 """What SFT trained (everything but the noise head and the critic): the chain and SFT's auxiliary head, which the
 chain reads with `aux_token` (RL does not train it: it has no labels on a robot)."""
 

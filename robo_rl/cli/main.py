@@ -329,9 +329,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     distributed.init(args.dist_timeout)
     try:
-        return _train_started(args, _agreed_start(args))
-    finally:
-        distributed.shutdown()
+        code = _train_started(args, _agreed_start(args))
+    except BaseException:
+        distributed.shutdown(together=False)
+        raise
+    distributed.shutdown()
+    return code
 
 
 def _agreed_start(args: argparse.Namespace) -> _Start:

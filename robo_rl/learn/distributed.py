@@ -113,10 +113,21 @@ def init(timeout_s: float) -> World:
     return world()
 
 
-def shutdown() -> None:
-    """Leave the process group (no-op when none)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(together: bool = True) -> None:
+    """Leave the process group (no-op when none).
+
+    Args:
+        together: wait at a barrier first, so that no rank tears its gloo connections down while another is still
+            using them (a normal end); False after an error, when another rank may be gone.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if together:
+        try:
+            dist.barrier()
+        except (RuntimeError, dist.DistBackendError):
+            pass  # a rank left early: destroying the group is all that is left to do
+    dist.destroy_process_group()
 
 
 def one_line(exc: BaseException) -> str:

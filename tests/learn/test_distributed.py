@@ -47,9 +47,14 @@ def torchrun(*args: str, cwd: Path, timeout: float = 300, **popen: object) -> su
     return subprocess.run(cmd, cwd=cwd, env=loopback_env(), capture_output=True, text=True, timeout=timeout)
 
 
+def failed(done: subprocess.CompletedProcess) -> str:
+    """What a failed torchrun printed: its ranks' own errors come first, torchrun's summary last."""
+    return f"exit {done.returncode}\n{done.stderr[:3000]}\n[...]\n{done.stderr[-1500:]}"
+
+
 def run_checks(mode: str, tmp_path: Path, *extra: str) -> list[dict]:
     done = torchrun(str(CHECKS), mode, str(tmp_path), *extra, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failed(done)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
@@ -180,7 +185,7 @@ def test_every_learner_keeps_the_ranks_networks_equal(tmp_path):
     demos = tmp_path / "demos"
     done = run_cli("record", "--task", "arm-reach", "--expert", "--episodes", "4", "--num-envs", "4", "--out",
                    str(demos), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, failed(done)
     ranks = run_checks("learners", tmp_path, str(demos))
     assert list(ranks[0]) == ["ppo", "bc", "flow-bc", "reinflow"]
     for algo, result in ranks[0].items():
@@ -239,13 +244,13 @@ def test_resume_with_another_number_of_ranks(tmp_path):
     common = ("--set", "runner.eval_episodes=0", "--set", "algo.num_steps_per_env=4")
     done = torchrun("-m", "robo_rl.cli", "train", "--distributed", "--task", "arm-reach", "--num-envs", "8",
                     "--max-iterations", "1", "--run-name", "two", *common, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, failed(done)
     one = run_cli("train", "--resume", "two", "--max-iterations", "2", cwd=tmp_path)
     assert one.returncode == 0, one.stderr[-2000:]
     assert "note: the checkpoint was written by 2 rank(s), this run has 1" in one.stdout
     back = torchrun("-m", "robo_rl.cli", "train", "--distributed", "--resume", "two", "--max-iterations", "3",
                     cwd=tmp_path)
-    assert back.returncode == 0, back.stderr[-2000:]
+    assert back.returncode == 0, failed(back)
     assert "note: the checkpoint was written by 1 rank(s), this run has 2" in back.stdout
     assert latest_checkpoint(tmp_path / "runs" / "two").name == "model_000003.pt"
     odd = run_cli("train", "--task", "arm-reach", "--num-envs", "9", "--max-iterations", "1", "--run-name", "odd",
@@ -328,7 +333,7 @@ def test_sac_replay_buffers_of_every_rank_are_saved_and_restored(tmp_path):
     common = ("--set", "runner.eval_episodes=0", "--set", "algo.learning_starts=4", "--set", "algo.num_steps_per_env=4")
     done = torchrun("-m", "robo_rl.cli", "train", "--distributed", "--task", "arm-reach", "--algo", "sac",
                     "--num-envs", "8", "--max-iterations", "2", "--run-name", "sac", *common, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, failed(done)
     run_dir = tmp_path / "runs" / "sac"
     replay = torch.load(run_dir / "replay_000002.pt", weights_only=False)
     assert len(replay["rank_replays"]) == 2 and all(r["size"] == 8 for r in replay["rank_replays"])
@@ -351,7 +356,7 @@ def test_two_gpus_train_and_resume_over_nccl(tmp_path):
     args = ("-m", "robo_rl.cli", "train", "--distributed", "--task", "arm-reach", "--num-envs", "256",
             "--set", "sim.backend=mujoco_warp", "--set", "sim.device=cuda", "--set", "runner.eval_episodes=0")
     done = torchrun(*args, "--max-iterations", "3", "--run-name", "nccl", cwd=tmp_path, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, failed(done)
     state = load_run_checkpoint(tmp_path / "runs" / "nccl" / "model_000003.pt")
     assert state["world_size"] == 2 and len(state["rank_states"]) == 1
     again = torchrun("-m", "robo_rl.cli", "train", "--distributed", "--resume", "nccl", "--max-iterations", "4",

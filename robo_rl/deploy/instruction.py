@@ -3,9 +3,9 @@
 The files `robo_rl.export.instruction_export` writes, side by side:
 
     <name>.onnx             input_ids (B, L) int64, attention_mask (B, L) int64 -> instruction_embedding (B, D) float32
-                            (all-MiniLM-L6-v2: mean of the token states over the mask, L2-normalised; D = 384);
-                            metadata key `robo_rl.instruction_encoder`: JSON {model, max_length L, dim D,
-                            tokenizer_sha256}
+                            (all-MiniLM-L6-v2's token states, their mean over the mask or a policy's learned
+                            attention pooling, L2-normalised; D = 384); metadata key `robo_rl.instruction_encoder`:
+                            JSON {model, max_length L, dim D, tokenizer_sha256, pooling}
     <name>.tokenizer.json   the encoder's WordPiece tokenizer (Hugging Face `tokenizers` format)
 
 `InstructionTokenizer` is also what the training side tokenizes with (`robo_rl.learn.networks.text_encoder`),
@@ -118,7 +118,7 @@ class InstructionEncoder:
         if ENCODER_KEY not in meta:
             raise ValueError(f"{p} is not an instruction encoder graph (no metadata key {ENCODER_KEY!r})")
         self.info = json.loads(meta[ENCODER_KEY])
-        """{model, max_length, dim, tokenizer_sha256} as exported."""
+        """{model, max_length, dim, tokenizer_sha256, pooling} as exported."""
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
         if inputs != [INPUT_IDS, ATTENTION_MASK] or outputs != [EMBEDDING]:

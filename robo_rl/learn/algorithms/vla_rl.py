@@ -96,7 +96,8 @@ class VLARLConfig:
     freeze_prefix: bool = False
     """Keep the prefix (image encoder, keypoints, instruction and state projections, prefix transformer, the auxiliary
     head and token) at its SFT weights: RL trains the action expert (and Flow-Noise's noise head) only, and the
-    update computes the prefix without gradients."""
+    update reads the context each decision's rollout computed (stored: (T, N, L, W) floats) instead of computing the
+    prefix again."""
     kl_stop: float = _f(5.0, ge=0.0)
     """The actor takes no more steps in an update once a minibatch's KL exceeds `kl_stop` x `desired_kl` (the critic
     goes on); 0: never stops."""
@@ -230,6 +231,8 @@ class VLARL:
         s.add_buffer("text", (), torch.long)
         s.add_buffer("policy", (obs_dim,))
         s.add_buffer("sde_step", (), torch.long)
+        if cfg.freeze_prefix:
+            s.add_buffer("ctx", (policy.context_len, policy.config.width))
         if self.grpo:
             s.add_buffer("in_loss", (), torch.bool)  # the decisions of kept groups' episodes
             self.episode_success = torch.zeros(cfg.num_steps_per_env, num_envs, device=device)  # (T, N)
@@ -272,6 +275,8 @@ class VLARL:
         s.extras["text"][t] = obs["text"]
         s.extras["policy"][t] = obs["policy"]
         s.extras["sde_step"][t] = sde_step
+        if self.cfg.freeze_prefix:
+            s.extras["ctx"][t] = ctx
         s.actions[t] = chain.flatten(1)
         s.log_probs[t] = log_prob
         if not self.grpo:  # GRPO has no critic
@@ -362,7 +367,9 @@ class VLARL:
                     continue
                 mb = {k: v.index_select(0, rows) for k, v in mb.items()}
             with autocast(self.precision, mb["actions"].device):  # the layers only: their outputs are float32
-                with torch.set_grad_enabled(not cfg.freeze_prefix):
+                if cfg.freeze_prefix:  # the prefix has not changed since the rollout: its context is stored
+                    ctx = mb["ctx"]
+                else:
                     ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
                 loss = value_loss = surrogate = entropy = torch.zeros(())
                 if not grpo:
@@ -465,11 +472,11 @@ def build(cfg: VLARLConfig, policy: VLAPolicy, spec: EnvSpec, generator: torch.G
 
 _SHAPE_FIELDS = ("horizon", "state_terms", "image_encoder", "image_stride", "image_pool", "image_grid",
                  "image_keypoints", "instruction_keypoints", "width", "heads", "prefix_layers", "expert_layers",
-                 "ffn_mult", "obs_normalization", "aux_terms", "aux_token")
+                 "ffn_mult", "obs_normalization", "aux_terms", "aux_token", "instruction_pool")
 """Policy settings the SFT run must share (they shape the network or feed it)."""
 _SFT_KEYS = ("image_encoder.", "image_proj.", "keypoint_logits.", "keypoint_queries.", "keypoint_proj.", "cell_xy",
              "text_proj.", "state_proj.", "prefix_pos", "prefix.", "prefix_norm.", *EXPERT_KEYS, "obs_normalizer.",
-             "instruction_table", "state_columns", "aux_")
+             "instruction_", "state_columns", "aux_")
 """What SFT trained (everything but the noise head and the critic): the chain and SFT's auxiliary head, which the
 chain reads with `aux_token` (RL does not train it: it has no labels on a robot)."""
 

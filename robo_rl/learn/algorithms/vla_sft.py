@@ -49,10 +49,12 @@ def build_vla_policy(cfg: VLAPolicyConfig, spec: EnvSpec) -> VLAPolicy:
                           f"{'no image group' if spec.camera is None else 'no instructions'} (use "
                           "arm-pick-place-vision with env.images: true)")
     encoder = make_image_encoder(cfg.image_encoder, **({"stride": cfg.image_stride} if cfg.image_stride else {}))
-    table = InstructionEmbeddings().table(spec.instructions)  # (I, E), frozen
+    embeddings = InstructionEmbeddings()
+    table, mask = (embeddings.tokens(spec.instructions) if cfg.instruction_pool == "attention"
+                   else (embeddings.table(spec.instructions), None))  # (I, L, E) and (I, L), or (I, E); frozen
     columns = state_columns(spec.policy_terms, cfg.state_terms, spec.obs_dim)
     aux = state_columns(spec.policy_terms, cfg.aux_terms, spec.obs_dim, "policy.aux_terms") if cfg.aux_terms else None
-    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip, aux)
+    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip, aux, mask)
     return policy.to(spec.device)
 
 

@@ -9,7 +9,8 @@ strictly, so training needs neither sentence-transformers nor transformers. Toke
 (`robo_rl.deploy.instruction.InstructionTokenizer`, fixed length L = 32), so both sides feed the same ids.
 
 The encoder is frozen: a policy sees an instruction as a row of `InstructionEmbeddings`' (I, 384) table,
-computed once per instruction list and indexed with the "text" observation group.
+computed once per instruction list and indexed with the "text" observation group, or (`AttentionPool`) pools the
+instruction's token states with a query it learns.
 """
 
 from __future__ import annotations
@@ -140,15 +141,53 @@ class SentenceEncoder(nn.Module):
         self.embed_norm = nn.LayerNorm(cfg.hidden, eps=cfg.eps)
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        """input_ids, attention_mask (B, L) int64 -> embeddings (B, D) float32 of unit length."""
+    def token_states(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """input_ids, attention_mask (B, L) int64 -> the last layer's token states (B, L, D) float32."""
         n = input_ids.shape[1]
         x = self.word(input_ids) + self.position.weight[:n] + self.token_type.weight[0]  # (B, L, D)
         x = self.embed_norm(x)
         bias = (1.0 - attention_mask.to(x.dtype))[:, None, None, :] * torch.finfo(x.dtype).min  # (B, 1, 1, L)
         for layer in self.layers:
             x = layer(x, bias)
+        return x
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """input_ids, attention_mask (B, L) int64 -> embeddings (B, D) float32 of unit length."""
+        x = self.token_states(input_ids, attention_mask)  # (B, L, D)
         return nn.functional.normalize(masked_mean(x, attention_mask), dim=-1)  # (B, D)
+
+
+class AttentionPool(nn.Module):
+    """Token states (B, L, D) and their mask (B, L) -> one embedding (B, D) of unit length: the tokens weighted by
+    the softmax, over the mask, of their dot product with a learned query.
+
+    The query starts at 0: uniform weights, so the pool starts as the sentence embedding (the masked mean,
+    normalised) and learns which words to read: a policy trained on a few phrasings of each goal learns to read
+    the word that names the goal, which a held-out phrasing shares, rather than the mean, which its other words
+    dominate.
+    """
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.query = nn.Parameter(torch.zeros(dim))  # (D,)
+
+    def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        logits = tokens @ self.query / math.sqrt(tokens.shape[-1])  # (B, L)
+        weights = logits.masked_fill(mask == 0, float("-inf")).softmax(-1)  # (B, L)
+        return nn.functional.normalize((weights.unsqueeze(-1) * tokens).sum(1), dim=-1)  # (B, D)
+
+
+class PooledSentenceEncoder(nn.Module):
+    """Token ids -> a policy's instruction embedding: the sentence encoder's token states through the policy's
+    `AttentionPool` (what `robo_rl.export.instruction_export` exports for such a policy)."""
+
+    def __init__(self, encoder: SentenceEncoder, pool: AttentionPool):
+        super().__init__()
+        self.encoder, self.pool, self.cfg = encoder, pool, encoder.cfg
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        """input_ids, attention_mask (B, L) int64 -> embeddings (B, D) float32 of unit length."""
+        return self.pool(self.encoder.token_states(input_ids, attention_mask), attention_mask)
 
 
 def weight_names(layers: int) -> dict[str, str]:
@@ -239,3 +278,13 @@ class InstructionEmbeddings:
             out = self.encoder(torch.from_numpy(ids), torch.from_numpy(mask))  # (B, D)
             self._cache.update(zip(new, out, strict=True))
         return torch.stack([self._cache[t] for t in texts]) if texts else torch.zeros(0, self.dim)
+
+    @torch.no_grad()
+    def tokens(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
+        """The token states (I, L, D) float32 and attention masks (I, L) int64 of `texts` in order (frozen, as
+        `table`): what a policy with an `AttentionPool` reads."""
+        if not texts:
+            return torch.zeros(0, self.tokenizer.max_length, self.dim), torch.zeros(0, self.tokenizer.max_length,
+                                                                                   dtype=torch.long)
+        ids, mask = (torch.from_numpy(a) for a in self.tokenizer(list(texts)))  # (I, L), (I, L)
+        return self.encoder.token_states(ids, mask), mask

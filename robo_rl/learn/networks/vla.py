@@ -33,6 +33,7 @@ from robo_rl.core.config import ConfigError, _f
 from robo_rl.learn.networks.actor_critic import mlp
 from robo_rl.learn.networks.flow import Velocity, check_chunk_and_noise, euler_sample
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
+from robo_rl.learn.networks.text_encoder import AttentionPool
 
 
 class VLA(Protocol):
@@ -101,6 +102,10 @@ class VLAPolicyConfig:
     instruction_keypoints: int = _f(0, ge=0, le=64)
     """`keypoints`: K_q more keypoints whose logits are each cell's features dotted with a query made from the
     instruction's embedding: "where is what the instruction names", found by what it looks like wherever it lies."""
+    instruction_pool: str = _f("mean", choices=("mean", "attention"))
+    """How an instruction becomes one embedding: `mean`, the sentence encoder's own (the mean of its token states,
+    fixed); `attention`, the token states weighted by a query the policy learns (`AttentionPool`, starting as the
+    mean), so that it can read the words that name the goal; the exported instruction encoder then includes it."""
     width: int = _f(128, ge=8)
     """W: token width of the prefix and the action expert."""
     heads: int = _f(4, ge=1)
@@ -226,7 +231,8 @@ class VLAPolicy(nn.Module):
             (`robo_rl.learn.networks.vision`).
         image_size: S.
         instruction_table: (I, E) float32, the frozen sentence embedding of every instruction the "text" group
-            indexes.
+            indexes; with `instruction_pool: attention`, their token states (I, L, E) instead.
+        instruction_mask: (I, L) the token states' attention masks (`instruction_pool: attention` only).
         action_clip: the task's action clip (bounds every sample), or None.
     """
 
@@ -235,7 +241,7 @@ class VLAPolicy(nn.Module):
 
     def __init__(self, cfg: VLAPolicyConfig, state_columns: Tensor, action_dim: int, image_encoder: nn.Module,
                  image_size: int, instruction_table: Tensor, action_clip: float | None,
-                 aux_columns: Tensor | None = None):
+                 aux_columns: Tensor | None = None, instruction_mask: Tensor | None = None):
         super().__init__()
         self.config = cfg
         self.horizon, self.action_dim, self.num_steps = cfg.horizon, action_dim, cfg.num_steps
@@ -245,6 +251,12 @@ class VLAPolicy(nn.Module):
         self.state_dim, self.image_size = state_dim, image_size
         self.register_buffer("state_columns", state_columns.to(torch.long).clone())  # (O_s,)
         w = cfg.width
+        self.instruction_dim = e = int(instruction_table.shape[-1])  # E
+        if (cfg.instruction_pool == "attention") != (instruction_mask is not None and instruction_table.dim() == 3):
+            raise ValueError(f"instruction_pool = {cfg.instruction_pool}: got an instruction table of shape "
+                             f"{list(instruction_table.shape)} {'with' if instruction_mask is not None else 'without'} "
+                             "a token mask; expected (I, L, E) token states with their mask for attention, an (I, E) "
+                             "table for mean")
         self.image_encoder = image_encoder
         with torch.no_grad():
             tokens = image_encoder(torch.zeros(1, 3, image_size, image_size, dtype=torch.uint8))  # (1, T0, C)
@@ -258,12 +270,18 @@ class VLAPolicy(nn.Module):
             self.keypoint_logits = nn.Linear(tokens.shape[2], cfg.image_keypoints)  # per cell, one logit per keypoint
             if cfg.instruction_keypoints:  # instruction (E,) -> K_q queries (K_q, C)
                 queries = cfg.instruction_keypoints * tokens.shape[2]
-                self.keypoint_queries = nn.Linear(instruction_table.shape[1], queries)
+                self.keypoint_queries = nn.Linear(e, queries)
             self.keypoint_proj = nn.Linear(2, w)
             self.register_buffer("cell_xy", cell_centres(side))  # (side², 2)
-        self.register_buffer("instruction_table", instruction_table.to(torch.float32).clone())  # (I, E)
+        if instruction_mask is None:
+            self.register_buffer("instruction_table", instruction_table.to(torch.float32).clone())  # (I, E)
+            self.instruction_pool = None
+        else:
+            self.register_buffer("instruction_tokens", instruction_table.to(torch.float32).clone())  # (I, L, E)
+            self.register_buffer("instruction_mask", instruction_mask.to(torch.long).clone())  # (I, L)
+            self.instruction_pool = AttentionPool(e)
         self.image_proj = nn.Linear(tokens.shape[2], w)
-        self.text_proj = nn.Linear(instruction_table.shape[1], w)
+        self.text_proj = nn.Linear(e, w)
         self.state_proj = nn.Linear(state_dim, w)
         self.prefix_len = num_image_tokens + 2  # L: image tokens, the instruction's, the state's
         self.prefix_pos = nn.Parameter(0.02 * torch.randn(1, self.prefix_len, w))
@@ -294,10 +312,22 @@ class VLAPolicy(nn.Module):
         "image_frozen" (N, C0, h, w) in place of "image": the image encoder's frozen features of the images,
         computed ahead (`ImageEncoder.frozen_features`; SFT's `algo.feature_cache`)."""
         state = self.obs_normalizer(obs["policy"][:, self.state_columns])  # (N, O_s)
-        instruction = self.instruction_table[obs["text"].long()]  # (N, E)
+        instruction = self.instruction(obs["text"])  # (N, E)
         if "image_frozen" in obs:
             return self.fuse_tokens(self.image_encoder.tokens_from_frozen(obs["image_frozen"]), instruction, state)
         return self.fuse(obs["image"], instruction, state)
+
+    @property
+    def context_len(self) -> int:
+        """Tokens of ctx: the prefix's L, and the auxiliary prediction's with `aux_token`."""
+        return self.prefix_len + (self.aux_token is not None)
+
+    def instruction(self, text: Tensor) -> Tensor:
+        """The embeddings (N, E) of instruction indices `text` (N,): the sentence encoder's, or pooled by the
+        policy's `AttentionPool` (over the I instructions once, then indexed)."""
+        if self.instruction_pool is None:
+            return self.instruction_table[text.long()]
+        return self.instruction_pool(self.instruction_tokens, self.instruction_mask)[text.long()]
 
     def fuse(self, image: Tensor, instruction: Tensor, state: Tensor) -> Tensor:
         """The prefix ctx (N, L, W) of images (N, 3, S, S) uint8, instruction embeddings (N, E) and normalised states
@@ -396,7 +426,7 @@ class VLAPolicy(nn.Module):
     def graph_inputs(self, obs: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """The exported graph's inputs for observation groups: (raw state (N, O_s), image (N, 3, S, S) uint8,
         instruction embedding (N, E))."""
-        return obs["policy"][:, self.state_columns], obs["image"], self.instruction_table[obs["text"].long()]
+        return obs["policy"][:, self.state_columns], obs["image"], self.instruction(obs["text"]).detach()
 
     def deploy_extra(self) -> dict:
         """What the deploy contract records of the exported chain (`extra["flow"]`, as for a flow policy)."""

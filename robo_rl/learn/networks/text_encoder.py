@@ -164,7 +164,8 @@ class AttentionPool(nn.Module):
     The query starts at 0: uniform weights, so the pool starts as the sentence embedding (the masked mean,
     normalised) and learns which words to read: a policy trained on a few phrasings of each goal learns to read
     the word that names the goal, which a held-out phrasing shares, rather than the mean, which its other words
-    dominate.
+    dominate. The logits are not divided by √D: at a policy's learning rate (3e-4) the query, so scaled, still put
+    only ~0.3 of its weight on the colour word after 15,000 steps (docs/vla.md).
     """
 
     def __init__(self, dim: int):
@@ -172,7 +173,7 @@ class AttentionPool(nn.Module):
         self.query = nn.Parameter(torch.zeros(dim))  # (D,)
 
     def forward(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        logits = tokens @ self.query / math.sqrt(tokens.shape[-1])  # (B, L)
+        logits = tokens @ self.query  # (B, L)
         weights = logits.masked_fill(mask == 0, float("-inf")).softmax(-1)  # (B, L)
         return nn.functional.normalize((weights.unsqueeze(-1) * tokens).sum(1), dim=-1)  # (B, D)
 

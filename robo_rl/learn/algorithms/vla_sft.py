@@ -117,6 +117,11 @@ class VLADemonstrations:
             obs["image"] = self.images[idx]
         return obs, self.actions[idx]
 
+    def to(self, device: torch.device | str) -> VLADemonstrations:
+        """The same rows on `device`."""
+        return dataclasses.replace(self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                                            if getattr(self, f.name) is not None})
+
 
 def load_vla_demonstrations(cfg: VLASFTConfig, spec: EnvSpec, horizon: int) -> VLADemonstrations:
     """The dataset's frames with their images, instruction indices and action chunks, checked against the task.
@@ -155,11 +160,9 @@ def load_vla_demonstrations(cfg: VLASFTConfig, spec: EnvSpec, horizon: int) -> V
                                f"renders {spec.image_size}x{spec.image_size} (env.image_size)")
         start = int(ep["dataset_from_index"])
         images[start:start + video.shape[0]] = torch.from_numpy(video).permute(0, 3, 1, 2)
-    dev = spec.device
     first = np.flatnonzero(np.diff(np.asarray(frames["episode_index"]), prepend=np.nan) != 0)  # (E,) episode starts
     frame_index = np.arange(m) - first[np.searchsorted(first, np.arange(m), side="right") - 1]  # (M,)
-    return VLADemonstrations(images.to(dev), text.to(dev), obs.to(dev), actions.to(dev),
-                             torch.from_numpy(frame_index).to(dev))
+    return VLADemonstrations(images, text, obs, actions, torch.from_numpy(frame_index)).to(spec.device)
 
 
 def render_layouts(cfg: TrainConfig, count: int, seed: int, batch: int = 64) -> VLADemonstrations:
@@ -221,9 +224,7 @@ class VLASFT:
         if layouts is not None and policy.aux_head is None:
             raise ConfigError(f"config error: algo.aux_layouts = {cfg.aux_layouts}: rendered layouts only train the "
                               "auxiliary prediction; name its terms in policy.aux_terms (e.g. [object_pos,target_pos])")
-        self.layouts = None if layouts is None else VLADemonstrations(
-            *(x.to(demos.obs.device) for x in (layouts.images, layouts.text, layouts.obs, layouts.actions,
-                                               layouts.frame_index)))
+        self.layouts = None if layouts is None else layouts.to(demos.obs.device)
         policy.eval()  # evaluation runs in eval mode, fresh or resumed alike; `update` trains
         self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=cfg.learning_rate,
                                            weight_decay=cfg.weight_decay)

@@ -284,8 +284,5 @@ class InstructionEmbeddings:
     def tokens(self, texts: Sequence[str]) -> tuple[Tensor, Tensor]:
         """The token states (I, L, D) float32 and attention masks (I, L) int64 of `texts` in order (frozen, as
         `table`): what a policy with an `AttentionPool` reads."""
-        if not texts:
-            return torch.zeros(0, self.tokenizer.max_length, self.dim), torch.zeros(0, self.tokenizer.max_length,
-                                                                                   dtype=torch.long)
         ids, mask = (torch.from_numpy(a) for a in self.tokenizer(list(texts)))  # (I, L), (I, L)
         return self.encoder.token_states(ids, mask), mask

@@ -93,12 +93,25 @@ def method_overrides(method: str, overrides: tuple[str, ...]) -> tuple[str, ...]
             f"algo.num_steps_per_env={decisions}")
 
 
+EXECUTION_FIELDS = ("execute_steps", "initial_noise")
+"""How a chain is run (not what it learned): the SFT baseline is measured the way the RL preset runs its chains."""
+
+
+def rl_execution() -> dict[str, object]:
+    """The RL preset's `EXECUTION_FIELDS` (its policy settings, the defaults where it sets none)."""
+    cfg = resolve_config(load_yaml(RL_PRESET), [])
+    return {f: getattr(cfg.policy, f) for f in EXECUTION_FIELDS}
+
+
 @torch.no_grad()
-def success_by_instruction(run: Path, episodes: int, split: str) -> tuple[float, dict[str, float]]:
+def success_by_instruction(run: Path, episodes: int, split: str, execution: dict[str, object] | None = None
+                           ) -> tuple[float, dict[str, float]]:
     """(success rate, success per cube colour) of the run's deterministic policy, one episode in each of `episodes`
-    fresh worlds whose instructions are drawn from `split` ("train" or "heldout")."""
+    fresh worlds whose instructions are drawn from `split` ("train" or "heldout"); `execution` replaces the run's
+    policy settings of that name (`EXECUTION_FIELDS`)."""
     _, state, cfg = load_trained(run)
-    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, instruction_split=split))
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, instruction_split=split),
+                              policy=dataclasses.replace(cfg.policy, **(execution or {})))
     env = build_env(cfg, num_envs=episodes, seed=EVAL_SEED)
     try:
         metrics = run_episodes(env, inference_actor(load_policy(state, cfg, env)))["metrics"]
@@ -108,9 +121,9 @@ def success_by_instruction(run: Path, episodes: int, split: str) -> tuple[float,
     return metrics["success"], {c: metrics[f"success/{c}"] for c in names if f"success/{c}" in metrics}
 
 
-def evaluate(label: str, run: Path, episodes: int) -> tuple[float, float]:
-    train, per = success_by_instruction(run, episodes, "train")
-    held, per_held = success_by_instruction(run, episodes, "heldout")
+def evaluate(label: str, run: Path, episodes: int, execution: dict[str, object] | None = None) -> tuple[float, float]:
+    train, per = success_by_instruction(run, episodes, "train", execution)
+    held, per_held = success_by_instruction(run, episodes, "heldout", execution)
     colours = ", ".join(f"{c} {v:.2f}/{per_held.get(c, float('nan')):.2f}" for c, v in per.items())
     print(f"{label}: success {train:.3f} with train phrasings, {held:.3f} with held-out ones (per colour, train/held-"
           f"out: {colours})", flush=True)
@@ -151,7 +164,9 @@ def main() -> None:
                  *(sets(SMOKE_SFT) if args.smoke else []), "--run-name", "sft"])
     _, state, _ = load_trained(sft)
     print(f"SFT: {int(state['iteration'])} iterations in {float(state['train_time']):.0f} s ({sft})", flush=True)
-    sft_train, sft_held = evaluate("SFT", sft, args.episodes)
+    execution = rl_execution()  # the SFT chain run as the RL runs run theirs
+    sft_train, sft_held = evaluate(f"SFT ({', '.join(f'{k} {v}' for k, v in execution.items())})", sft,
+                                   args.episodes, execution)
 
     results: dict[str, list[tuple[float, float]]] = {}  # method -> (train, held-out) success per seed
     for method in args.methods:

@@ -299,16 +299,16 @@ def test_aux_token_gives_the_expert_the_predicted_positions_without_training_the
         dataclasses.replace(SMALL, aux_token=True).validate()
 
 
-def _rl_update(cfg, seed: int = 0):
+def _rl_update(cfg, seed: int = 0, policy_cfg=SMALL):
     """(stats of one vla-rl update after a 3-decision rollout, the algorithm, its policy's weights before) of the
-    SMALL VLA on 4 worlds."""
+    `policy_cfg` VLA on 4 worlds."""
     from robo_rl.adapters.chunked import chunked
     from robo_rl.learn.algorithms.vla_rl import VLARL
 
     torch.manual_seed(4)
     env = chunked(make_env("arm-pick-place-vision", 4, seed=1), SMALL.execute_steps)
     try:
-        policy = build_vla_policy(SMALL, env_spec(env)).eval()
+        policy = build_vla_policy(policy_cfg, env_spec(env)).eval()
         initial = {k: v.clone() for k, v in policy.state_dict().items()}
         algo = VLARL(cfg, policy, env.num_envs, env.obs_dims["policy"], torch.Generator().manual_seed(seed))
         obs = env.reset()
@@ -339,6 +339,25 @@ def test_vla_rl_adapts_the_actor_learning_rate_to_the_kl_and_stops_the_actor_bey
     assert stopped["actor_learning_rate"] == pytest.approx(1e-3 / 1.5)  # the second minibatch stopped the actor
     fixed = _rl_update(dataclasses.replace(base, schedule="fixed", kl_stop=0.0))[0]
     assert fixed["actor_learning_rate"] == 1e-3 and fixed["kl_stopped"] == 0.0
+
+
+@pytest.mark.parametrize("method", ["flow-sde", "flow-noise"])
+def test_vla_rl_explores_around_the_chain_the_robot_runs(method):
+    """With `policy.initial_noise: zeros` (the deployed chain starts at x_0 = 0) the rollout's chains start at 0
+    too, so the method's noise is all the exploration; the update recomputes their likelihood exactly. With
+    `sample` they start from N(0, I) draws."""
+    from robo_rl.learn.algorithms.vla_rl import VLARLConfig
+
+    cfg = VLARLConfig(method=method, num_steps_per_env=3, num_mini_batches=2, num_learning_epochs=1,
+                      critic_warmup_iterations=0)
+    stats, algo, _ = _rl_update(cfg, policy_cfg=dataclasses.replace(SMALL, initial_noise="zeros"))
+    d = algo.policy.flat_dim
+    starts = algo.storage.actions[..., :d]  # (T, N, D) each stored chain's x_0
+    assert torch.equal(starts, torch.zeros_like(starts))
+    assert (algo.storage.actions[..., d:] != 0).any()
+    assert stats["ratio_first"] == pytest.approx(1.0, abs=1e-5)
+    sampled = _rl_update(cfg)[1].storage.actions[..., :d]
+    assert sampled.std() > 0.5
 
 
 def test_vla_rl_with_a_frozen_prefix_trains_the_action_expert_only():

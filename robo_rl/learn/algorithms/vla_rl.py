@@ -258,7 +258,10 @@ class VLARL:
         ctx = policy.encode_prefix(obs)
         n, k, d = ctx.shape[0], policy.num_steps, policy.flat_dim
         g = self.generator
-        x0 = torch.randn(n, d, generator=g, device=g.device).to(ctx.device)
+        if policy.config.initial_noise == "zeros":  # explore around the chain as it is deployed (x_0 = 0)
+            x0 = torch.zeros(n, d, device=ctx.device)
+        else:
+            x0 = torch.randn(n, d, generator=g, device=g.device).to(ctx.device)
         eps = torch.randn(n, k, d, generator=g, device=g.device).to(ctx.device)
         if self.cfg.method == "flow-noise":
             step = euler_step_stats(bind(policy, ctx), lambda x, tt: policy.noise_std(ctx, x, tt), k)

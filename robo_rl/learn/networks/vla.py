@@ -72,7 +72,8 @@ class VLAPolicyConfig:
     num_steps: int = _f(4, ge=1, le=32)
     """K: denoising steps of a decision (training rollouts and the exported chain)."""
     initial_noise: str = _f("sample", choices=("sample", "zeros"))
-    """x_0 of the deterministic deployed chain: drawn N(0, I) (an input of the exported graph) or 0."""
+    """x_0 of the deterministic deployed chain: drawn N(0, I) (an input of the exported graph) or 0 (vla-rl's
+    rollouts then start their chains at 0 too: the method's noise is all their exploration)."""
     state_terms: tuple[str, ...] = ()
     """Terms of the "policy" group the VLA reads as its robot state (e.g. joint_pos_rel, joint_vel, ee_pos,
     last_action: what the robot measures, not where the goal cube is); () reads the whole group."""

@@ -52,6 +52,8 @@ METHODS = {"flow-sde": "flow-sde", "flow-noise": "flow-noise", "grpo": "flow-sde
 """`--methods` name -> what it runs (its label)."""
 GRPO_GROUP = 8
 """GRPO: worlds per group of shared initial states (the preset's 64 worlds: 8 groups)."""
+GRPO_ACTOR_LR = 5e-6
+"""GRPO's actor rate (the preset's 3e-6 is PPO's: its critic-based advantages are noisier; docs/vla.md)."""
 
 
 def run_cli(argv: list[str]) -> None:
@@ -84,13 +86,13 @@ def sft_policy_overrides(sft: Path) -> tuple[str, ...]:
 
 def method_overrides(method: str, overrides: tuple[str, ...]) -> tuple[str, ...]:
     """The RL preset's settings for `method` on top of `overrides`; GRPO runs Flow-SDE's likelihood in groups of
-    GRPO_GROUP worlds, one whole episode (all its decisions) per iteration."""
+    GRPO_GROUP worlds, one whole episode (all its decisions) per iteration, at GRPO_ACTOR_LR."""
     if method != "grpo":
         return (f"algo.method={method}",)
     cfg = resolve_config(load_yaml(RL_PRESET), list(overrides))
     decisions = -(-episode_steps(cfg.env) // cfg.policy.execute_steps)  # ceil
     return ("algo.method=flow-sde", "algo.advantage=grpo", f"env.reset_group_size={GRPO_GROUP}",
-            f"algo.num_steps_per_env={decisions}")
+            f"algo.num_steps_per_env={decisions}", f"algo.actor_learning_rate={GRPO_ACTOR_LR}")
 
 
 EXECUTION_FIELDS = ("execute_steps", "initial_noise")

@@ -258,10 +258,7 @@ class VLARL:
         ctx = policy.encode_prefix(obs)
         n, k, d = ctx.shape[0], policy.num_steps, policy.flat_dim
         g = self.generator
-        if policy.config.initial_noise == "zeros":  # explore around the chain as it is deployed (x_0 = 0)
-            x0 = torch.zeros(n, d, device=ctx.device)
-        else:
-            x0 = torch.randn(n, d, generator=g, device=g.device).to(ctx.device)
+        x0 = policy.initial_chain(n, g, ctx.device)  # as the deployed chain starts: zeros explore only by the method
         eps = torch.randn(n, k, d, generator=g, device=g.device).to(ctx.device)
         if self.cfg.method == "flow-noise":
             step = euler_step_stats(bind(policy, ctx), lambda x, tt: policy.noise_std(ctx, x, tt), k)

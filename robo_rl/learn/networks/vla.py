@@ -402,15 +402,17 @@ class VLAPolicy(nn.Module):
         target = (obs[:, self.aux_columns] - self.aux_mean) / self.aux_std  # (N, O_aux)
         return (self.aux_prediction(ctx).float() - target).square().mean()
 
+    def initial_chain(self, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
+        """x_0 (N, D) of n chains as `initial_noise` says: N(0, I) drawn from `generator`, or zeros."""
+        if self.config.initial_noise == "zeros":
+            return torch.zeros(n, self.flat_dim, device=device)
+        return torch.randn(n, self.flat_dim, generator=generator, device=generator.device).to(device)
+
     def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
         """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain
         from x_0 ~ N(0, I) (or zeros), or the first action (N, A) when E = 1."""
         ctx = self.encode_prefix(obs)
-        n = ctx.shape[0]
-        x0 = torch.zeros(n, self.flat_dim, device=ctx.device)
-        if self.config.initial_noise == "sample":
-            x0 = torch.randn(n, self.flat_dim, generator=self._eval_generator).to(ctx.device)
-        chunk = self.sample(ctx, x0)
+        chunk = self.sample(ctx, self.initial_chain(ctx.shape[0], self._eval_generator, ctx.device))
         return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
 
     # ------------------------------------------------------------------ export

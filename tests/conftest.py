@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,12 +127,17 @@ def restore_signal_handlers():
 
 
 @pytest.fixture
-def dds_domain(monkeypatch) -> int:
-    """Loopback-only Cyclone DDS (CYCLONEDDS_URI) for this test and its subprocesses; a fresh random domain id."""
-    from tests.dds_support import LOOPBACK_URI, random_domain
+def dds_domain(monkeypatch) -> Iterator[int]:
+    """Loopback-only Cyclone DDS (CYCLONEDDS_URI) for this test and its subprocesses; a fresh random domain id.
+
+    At the end, no DDS participant of this process may be left: one that nothing closed is deleted (if ever) by
+    the garbage collector, at any time and on any thread, or never (tests/dds_support.py, dds_threads)."""
+    from tests.dds_support import LOOPBACK_URI, dds_threads, random_domain, wait_until
 
     monkeypatch.setenv("CYCLONEDDS_URI", LOOPBACK_URI)
-    return random_domain()
+    before = dds_threads()
+    yield random_domain()
+    wait_until(lambda: dds_threads() <= before, 5.0, "this test's DDS participants to be closed (their threads to end)")
 
 
 RUN_LOCK = pytest.StashKey[RunLock]()

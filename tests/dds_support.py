@@ -36,6 +36,21 @@ def random_domain() -> int:
     return random.SystemRandom().choice(range(1 + index, MAX_DOMAIN_ID + 1, count))
 
 
+DOMAIN_THREADS = ("tev", "dq.builtins")
+"""Threads Cyclone DDS runs for each domain that has a participant in this process (named by Cyclone)."""
+
+
+def dds_threads() -> int:
+    """How many of this process's threads are Cyclone DDS domain threads (DOMAIN_THREADS; Linux /proc)."""
+    n = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            n += Path(f"/proc/self/task/{task}/comm").read_text().strip() in DOMAIN_THREADS
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n
+
+
 def dds_env() -> dict[str, str]:
     """Environment for a subprocess: this checkout first on the path, loopback-only DDS."""
     return {**os.environ, "PYTHONPATH": str(REPO), "CYCLONEDDS_URI": LOOPBACK_URI}

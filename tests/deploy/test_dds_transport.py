@@ -472,15 +472,16 @@ def test_deploy_without_a_robot_fails_with_one_line(dds_domain, tmp_path):
 
 
 def test_closing_deletes_the_participant_and_its_threads(dds_domain):
-    """Close must really delete DDS entities (cyclonedds skips the delete of entities freed in a reference
-    cycle, which would leave the participant's threads running in a long-lived node)."""
-    import gc
+    """Close deletes the participant and all on it at once, while what used the endpoint is still referenced (a
+    robot, an operator link, a twin server: their readers, writers and callbacks), not when the last reference goes
+    (cyclonedds skips the delete of entities freed in a reference cycle, which would leave the participant's
+    threads running and calling listeners whose Python side is gone). Afterwards the readers are silent, the link
+    publishes nothing, and a second close does nothing."""
     import os
 
     def threads() -> int:
         return len(os.listdir("/proc/self/task"))
 
-    gc.collect()
     before = threads()
     runtime = PolicyRuntime(RuntimeConfig(policy_path=str(REPO / "policies" / "go2_walk.onnx"),
                                           hardware_config=str(REPO / "hardware" / "go2.yaml")), log=lambda line: None)
@@ -493,9 +494,12 @@ def test_closing_deletes_the_participant_and_its_threads(dds_domain):
         assert threads() > before
         robot.close()
         endpoint.close()
+        wait_until(lambda: threads() <= before, 5.0, "the DDS threads to end")  # robot, link, server still here
+        link.publish_event("after close")  # skipped: the writer is gone with the participant
+        robot.poll()  # its state readers answer nothing once closed
+        assert robot.state.latest() is None and endpoint.closed
+        endpoint.close()
         del robot, link, server, endpoint
-        gc.collect()
-        wait_until(lambda: threads() <= before, 5.0, "the DDS threads to end")
 
 
 @pytest.mark.slow

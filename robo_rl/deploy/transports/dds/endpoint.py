@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cyclonedds.core import Listener
+from cyclonedds.core import Entity, Listener
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.qos import Policy, Qos
@@ -26,22 +26,44 @@ def _qos(spec: QosSpec) -> Qos:
                Policy.DataRepresentation(use_cdrv0_representation=True, use_xcdrv2_representation=False))
 
 
+class CallbackErrors:
+    """How many samples a reader's callback raised on, and the last such error (shared by an endpoint's readers)."""
+
+    def __init__(self):
+        self.count = 0
+        self.last: str | None = None
+
+
 class DdsEndpoint:
-    """One DomainParticipant and the readers and writers made on it; `close` deletes them all.
+    """One DomainParticipant and the readers and writers made on it; `close` deletes them all, at once.
 
     Readers deliver every sample to a callback from Cyclone DDS's listener thread, with the receive time
-    (time.monotonic()) taken as the sample is taken.
+    (time.monotonic()) taken as the sample is taken. Call `close`: an endpoint left to the garbage collector
+    keeps its participant (see there).
     """
 
     def __init__(self, domain_id: int = 0):
         self.domain_id = check_domain_id(domain_id)
         self._participant: DomainParticipant | None = DomainParticipant(domain_id)
         self._topics: dict[str, Topic] = {}
-        self._entities: list[Any] = []
+        self._writers: list[DataWriter] = []
+        self._readers: list[tuple[DataReader, Listener]] = []
         self._latest: list[LatestSample] = []
         self._slots: list[list[Callable[[Any, float], None]]] = []
-        self.callback_errors = 0
-        self.last_callback_error: str | None = None
+        self._errors = CallbackErrors()
+
+    @property
+    def callback_errors(self) -> int:
+        """Samples a reader's callback raised on (counted, not raised: the listener thread must go on)."""
+        return self._errors.count
+
+    @property
+    def last_callback_error(self) -> str | None:
+        return self._errors.last
+
+    @property
+    def closed(self) -> bool:
+        return self._participant is None
 
     def _topic(self, name: str, struct: type) -> Topic:
         topic = self._topics.get(name)
@@ -53,28 +75,31 @@ class DdsEndpoint:
 
     def writer(self, name: str, struct: type, qos: QosSpec) -> DataWriter:
         w = DataWriter(self._participant, self._topic(name, struct), qos=_qos(qos))
-        self._entities.append(w)
+        self._writers.append(w)
         return w
 
     def reader(self, name: str, struct: type, qos: QosSpec, on_sample: Callable[[Any, float], None]) -> DataReader:
         """A reader calling on_sample(sample, received) for every sample, from the listener thread."""
 
         slot = [on_sample]  # emptied by close(): see there
+        errors = self._errors
 
-        def on_data_available(reader: DataReader) -> None:
+        def on_data_available(reader: DataReader | None) -> None:
+            if reader is None or not slot:  # being deleted (cyclonedds passes None then) or closed
+                return
             for sample in reader.take(N=64):
                 if not slot:
                     return
                 try:
                     slot[0](sample, time.monotonic())
                 except Exception as exc:  # a bad sample must not kill the listener thread; counted instead
-                    self.callback_errors += 1
-                    self.last_callback_error = f"{name}: {type(exc).__name__}: {exc}"
+                    errors.count += 1
+                    errors.last = f"{name}: {type(exc).__name__}: {exc}"
 
         self._slots.append(slot)
         listener = Listener(on_data_available=on_data_available)
         r = DataReader(self._participant, self._topic(name, struct), qos=_qos(qos), listener=listener)
-        self._entities.append((r, listener))
+        self._readers.append((r, listener))
         return r
 
     def latest_reader(self, name: str, struct: type, qos: QosSpec) -> LatestSample:
@@ -83,45 +108,70 @@ class DdsEndpoint:
         Its listener only notes the arrival time, so a robot publishing at 500 Hz costs the control process
         one deserialization per control tick instead of one per message.
         """
-        latest = LatestSample()
-        listener = Listener(on_data_available=lambda reader: latest.arrived(time.monotonic()))
+        arrivals = Arrivals()  # what the listener touches: not the LatestSample, which holds the reader
+        listener = Listener(on_data_available=lambda reader: arrivals.note(time.monotonic()))
+        latest = LatestSample(arrivals)
         latest.reader = DataReader(self._participant, self._topic(name, struct), qos=_qos(qos), listener=listener)
-        self._entities.append((latest.reader, listener))
+        self._readers.append((latest.reader, listener))
         self._latest.append(latest)
         return latest
 
     def close(self) -> None:
-        """Delete the participant and everything on it (idempotent).
+        """Delete the participant and everything on it, now (idempotent); the objects that used this endpoint
+        (DdsRobot, DdsOperatorLink, DdsTwinServer) may stay referenced: their readers are silent and a write on one
+        of their writers raises (DdsOperatorLink's are skipped once closed).
 
-        By reference counting, readers and writers first, the participant last. Nothing holding an entity
-        may stay reachable only through a reference cycle (cyclonedds's Listener is one): the garbage
-        collector clears the weak registry entries of such objects before their finaliser runs, and
-        cyclonedds's finaliser then skips the DDS delete, leaving the participant and its threads running.
-        So the callbacks are taken out of the listeners here, and the objects using this endpoint
-        (DdsRobot, DdsOperatorLink, DdsTwinServer) must be dropped by the caller too.
+        In this order: the callbacks leave the slots; each reader's listener is removed from it in Cyclone DDS
+        (which waits for a callback in progress, with the GIL released, and invokes none after); then the
+        participant is deleted, and with it in C every reader, writer and topic on it. Nothing is left to
+        reference counting or the garbage collector: cyclonedds deletes an entity only in its finaliser, and skips
+        the delete for one freed in a reference cycle (its registry's weak entry is cleared first), which left
+        the participant's threads running, still calling the listeners of readers whose Python side was gone.
         """
+        participant = self._participant
+        if participant is None:
+            return
         for slot in self._slots:
-            slot.clear()  # the callbacks (and what they hold: writers, the participant) leave the listeners
+            slot.clear()  # the callbacks (and what they hold: writers, the owner) leave the listeners
         self._slots.clear()
         for latest in self._latest:
-            latest.reader = None  # breaks reader -> listener -> latest -> reader
+            latest.reader = None  # take() answers None from now on
         self._latest.clear()
-        self._entities.clear()
-        self._topics.clear()
+        for reader, _listener in self._readers:  # the Listener objects stay referenced until the delete is done
+            reader.set_listener(None)
+        children = [*self._writers, *(r for r, _ in self._readers), *self._topics.values()]
+        for entity in children:  # deleted with the participant: their finalisers must not delete the handle again
+            Entity._entities.pop(entity._ref, None)
         self._participant = None
+        participant.__del__()  # cyclonedds's delete (idempotent: it drops the entity from its registry first)
+        self._readers.clear()
+        self._writers.clear()
+        self._topics.clear()
+
+
+class Arrivals:
+    """When the newest sample of a reader arrived (time.monotonic()) and how many did: set by its listener."""
+
+    def __init__(self):
+        self.last = 0.0
+        self.count = 0
+
+    def note(self, when: float) -> None:
+        self.last = when
+        self.count += 1
 
 
 class LatestSample:
     """The newest sample of a keep-last-1 reader and when it arrived (see DdsEndpoint.latest_reader)."""
 
-    def __init__(self):
+    def __init__(self, arrivals: Arrivals | None = None):
         self.reader: DataReader | None = None
-        self._arrived = 0.0
-        self.count = 0
+        self.arrivals = arrivals or Arrivals()
 
-    def arrived(self, when: float) -> None:
-        self._arrived = when
-        self.count += 1
+    @property
+    def count(self) -> int:
+        """Samples that arrived (each noted by the listener as it came)."""
+        return self.arrivals.count
 
     def take(self) -> tuple[Any, float] | None:
         """(newest sample, its arrival time on time.monotonic()) if one came since the last take, else None."""
@@ -131,4 +181,4 @@ class LatestSample:
         samples = reader.take(N=1)
         if not samples:
             return None
-        return samples[-1], self._arrived
+        return samples[-1], self.arrivals.last

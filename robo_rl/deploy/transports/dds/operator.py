@@ -77,16 +77,22 @@ class DdsOperatorLink:
         return out
 
     def publish_diagnostics(self, stamp: float, level: str, message: str, values: Mapping[str, object]) -> None:
+        if self.endpoint.closed:  # the transport is gone (its writers with it): nothing more is published
+            return
         self._diagnostics.write(rm.diagnostic_array_message(self.types, stamp, names.POLICY_NODE, level, message,
                                                             values))
 
     def publish_event(self, text: str) -> None:
+        if self.endpoint.closed:
+            return
         self._events.write(rm.string_message(self.types, text))
 
     def publish_record(self, observation: np.ndarray | None, action: np.ndarray, command: JointCommand,
                        outcome: Any | None = None) -> None:
         """A POLICY tick's observation, raw actions (with `outcome`, the RewardStep scored this tick, on policy_step)
         and command."""
+        if self.endpoint.closed:
+            return
         if observation is not None:
             self._observation.write(rm.multi_array_message(self.types, observation, ("obs",), float32=True))
             self._step.write(rm.policy_step_message(self.types, observation, action, outcome))

@@ -223,8 +223,10 @@ def test_vla_rl_recomputes_the_rollouts_log_likelihood_exactly(method, precision
     finally:
         env.close()
     assert algo.precision == precision
-    # measured in bfloat16: 0.9985 (a minibatch's rows are multiplied in other blocks than the rollout's were)
-    assert abs(stats["ratio_first"] - 1.0) < (1e-4 if precision == "float32" else 1e-2), stats
+    # measured in bfloat16: 0.9985 on a CPU with bfloat16 instructions (AMX), 0.988 on one without (AMD EPYC, where
+    # torch emulates them): a minibatch's rows are multiplied in other blocks than the rollout's were. A likelihood
+    # computed with another decision's context is off by far more (here |log ratio| 0.69 on average, float32).
+    assert abs(stats["ratio_first"] - 1.0) < (1e-4 if precision == "float32" else 5e-2), stats
     assert all(torch.isfinite(torch.tensor(v)) for v in stats.values()), stats
     assert not torch.equal(before, policy.action_out[1].weight)
     if method == "flow-sde":
@@ -379,3 +381,31 @@ def test_vla_rl_with_a_frozen_prefix_trains_the_action_expert_only():
     for key in ("action_out.1.weight", "expert.layers.0.linear1.weight", "noise_head.0.weight"):
         assert not torch.equal(before[key], after[key]), key
     assert stats["actor_trained"] == 1.0
+
+
+def test_a_privileged_critic_reads_the_tasks_critic_group_and_learns_while_the_actor_waits():
+    """`policy.value_input: privileged`: V reads the critic observation group (normalised by running statistics
+    that the rollouts update), not the prefix; its own MLP is what the critic optimiser trains; an update during the
+    critic's warm-up moves the critic and leaves everything else as SFT made it."""
+    from robo_rl.learn.algorithms.vla_rl import VLARLConfig
+
+    cfg = VLARLConfig(method="flow-sde", num_steps_per_env=3, num_mini_batches=2, num_learning_epochs=4,
+                      critic_warmup_iterations=5)
+    privileged = dataclasses.replace(SMALL, value_input="privileged")
+    stats, algo, initial = _rl_update(cfg, policy_cfg=privileged)
+    policy = algo.policy
+    c = policy.critic_obs_dim
+    assert c == 32 and policy.critic[0].in_features == c  # arm-pick-place-vision's critic group
+    assert int(policy.critic_normalizer.count) == 3 * 4  # every rollout decision's critic observation
+    assert {id(p) for p in policy.critic.parameters()} == {id(p) for g in algo.critic_optimizer.param_groups
+                                                            for p in g["params"]}
+    x = torch.randn(5, c)
+    v = policy.value(None, x)
+    assert v.shape == (5,) and not torch.allclose(v, policy.value(None, x + 1.0))
+    with pytest.raises(ValueError, match="needs the critic observations"):
+        policy.value(torch.zeros(5, policy.context_len, SMALL.width))
+    assert torch.isfinite(torch.tensor(stats["value_loss"])) and "explained_variance" in stats
+    assert stats["actor_trained"] == 0.0
+    after = policy.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in initial.items() if not k.startswith("critic"))
+    assert any(not torch.equal(after[k], v) for k, v in initial.items() if k.startswith("critic."))

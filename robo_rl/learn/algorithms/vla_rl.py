@@ -60,7 +60,7 @@ from robo_rl.learn.networks.flow import (
 from robo_rl.learn.networks.vla import VLAPolicy, VLAPolicyConfig, bind
 from robo_rl.learn.precision import PRECISIONS, autocast, resolve_precision
 from robo_rl.learn.rollout_storage import RolloutStorage, bootstrap_time_outs
-from robo_rl.learn.runner import OnPolicyRunner
+from robo_rl.learn.runner import OnPolicyRunner, critic_group
 
 METHODS = ("flow-noise", "flow-sde")
 ADVANTAGES = ("gae", "grpo")
@@ -210,6 +210,7 @@ class VLARL:
                  group_size: int = 1):
         self.cfg, self.policy, self.generator, self.group_size = cfg, policy, generator, group_size
         self.grpo = cfg.advantage == "grpo"
+        self.privileged = policy.config.value_input == "privileged"  # V reads the critic group, not the prefix
         policy.eval()  # rollouts run in eval mode (its attention's fast path), fresh or resumed alike; `update` trains
         critic = list(policy.critic.parameters())
         ids = {id(p) for p in critic}
@@ -233,6 +234,8 @@ class VLARL:
         s.add_buffer("sde_step", (), torch.long)
         if cfg.freeze_prefix:
             s.add_buffer("ctx", (policy.context_len, policy.config.width))
+        if self.privileged and not self.grpo:
+            s.add_buffer("critic", (policy.critic_obs_dim,))
         if self.grpo:
             s.add_buffer("in_loss", (), torch.bool)  # the decisions of kept groups' episodes
             self.episode_success = torch.zeros(cfg.num_steps_per_env, num_envs, device=device)  # (T, N)
@@ -280,7 +283,13 @@ class VLARL:
         s.actions[t] = chain.flatten(1)
         s.log_probs[t] = log_prob
         if not self.grpo:  # GRPO has no critic
-            s.values[t] = policy.value(ctx)
+            if self.privileged:
+                critic_obs = critic_group(obs)
+                policy.critic_normalizer.update(critic_obs)
+                s.extras["critic"][t] = critic_obs
+                s.values[t] = policy.value(None, critic_obs)
+            else:
+                s.values[t] = policy.value(ctx)
         chunk = _bound(chain[:, -1], policy.action_clip).reshape(n, policy.horizon, policy.action_dim)
         return chunk[:, 0] if policy.execute_steps == 1 else chunk[:, : policy.execute_steps]
 
@@ -306,8 +315,7 @@ class VLARL:
         """Record the outcome of the last `act`; time-outs bootstrap from V of the final observation's prefix (GAE;
         GRPO sums the episode's rewards as they are)."""
         def final_values(ids: Tensor) -> Tensor:
-            with autocast(self.precision, rewards.device):
-                return self.policy.value(self.policy.encode_prefix({k: v[ids] for k, v in final_obs.items()}))
+            return self._value({k: v[ids] for k, v in final_obs.items()})
         if not self.grpo:
             rewards = bootstrap_time_outs(rewards, truncated, final_values, self.cfg.gamma)
         self.storage.record_outcome(rewards, terminated, truncated)
@@ -323,11 +331,16 @@ class VLARL:
             self._grpo_stats = {"grpo_kept_groups": keep.float().mean().item(),
                                 "grpo_success_rate": won.float().mean().item()}
             return
-        with autocast(self.precision, s.rewards.device):
-            last_values = self.policy.value(self.policy.encode_prefix(last_obs))
-        s.compute_returns(last_values, self.cfg.gamma, self.cfg.lam)
+        s.compute_returns(self._value(last_obs), self.cfg.gamma, self.cfg.lam)
         if self.cfg.normalize_advantage:
             s.advantages = normalize_advantages(s.advantages)
+
+    def _value(self, obs: dict[str, Tensor]) -> Tensor:
+        """V (N,) of observation groups: from the critic group (`value_input: privileged`) or the encoded prefix."""
+        if self.privileged:
+            return self.policy.value(None, critic_group(obs))
+        with autocast(self.precision, obs["image"].device):
+            return self.policy.value(self.policy.encode_prefix(obs))
 
     # ------------------------------------------------------------------ learning
     def minibatch_log_prob(self, ctx: Tensor, flat_chain: Tensor, sde_step: Tensor) -> tuple[Tensor, Tensor]:
@@ -373,7 +386,7 @@ class VLARL:
                     ctx = policy.encode_prefix({"image": mb["image"], "text": mb["text"], "policy": mb["policy"]})
                 loss = value_loss = surrogate = entropy = torch.zeros(())
                 if not grpo:
-                    value = policy.value(ctx)
+                    value = policy.value(ctx, mb["critic"] if self.privileged else None)
                     value_loss = huber_value_loss(value, mb["values"], mb["returns"], value_clip, cfg.huber_delta)
                     loss = cfg.value_loss_coef * value_loss
                 if train_actor and not kl_stopped:

@@ -54,7 +54,8 @@ def build_vla_policy(cfg: VLAPolicyConfig, spec: EnvSpec) -> VLAPolicy:
                    else (embeddings.table(spec.instructions), None))  # (I, L, E) and (I, L), or (I, E); frozen
     columns = state_columns(spec.policy_terms, cfg.state_terms, spec.obs_dim)
     aux = state_columns(spec.policy_terms, cfg.aux_terms, spec.obs_dim, "policy.aux_terms") if cfg.aux_terms else None
-    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip, aux, mask)
+    policy = VLAPolicy(cfg, columns, spec.action_dim, encoder, spec.image_size, table, spec.action_clip, aux, mask,
+                       critic_obs_dim=spec.critic_obs_dim)
     return policy.to(spec.device)
 
 

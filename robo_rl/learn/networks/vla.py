@@ -5,7 +5,8 @@ The interface (`VLA`):
   into a context (N, L, W) (batch first: chains repeat it along the batch);
 - `velocity(ctx, x_t, t) -> v`: the flow action expert over flattened action chunks x_t (N, D = H A) at flow
   time t (N,) (our convention, `robo_rl.learn.networks.flow`: t = 0 noise, t = 1 action, v = action - noise);
-- `value(ctx) -> (N,)`: the critic on the fused prefix;
+- `value(ctx, critic_obs=None) -> (N,)`: the critic, on the fused prefix (or, in simulation, on the task's
+  privileged critic observations: `value_input: privileged`);
 - `noise_std(ctx, x_t, t) -> (N, D)`: Flow-Noise's learned step noise, bounded in [σ_min, σ_max].
 Their outputs are float32 whatever precision the layers ran in (`robo_rl.learn.precision.autocast`), so the chains'
 arithmetic and likelihoods stay float32.
@@ -51,7 +52,7 @@ class VLA(Protocol):
 
     def velocity(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor: ...
 
-    def value(self, ctx: Tensor) -> Tensor: ...
+    def value(self, ctx: Tensor, critic_obs: Tensor | None = None) -> Tensor: ...
 
     def noise_std(self, ctx: Tensor, x_t: Tensor, t: Tensor) -> Tensor: ...
 
@@ -127,9 +128,12 @@ class VLAPolicyConfig:
     """Flow-Noise's noise head: an MLP on the pooled prefix, x_t and the time features."""
     sde_noise_level: float = _f(0.5, gt=0.0, le=2.0)
     """Flow-SDE: a in σ_s = a sqrt(s / (1 - s)) (πRL: 0.5)."""
-    value_input: str = _f("detached", choices=("detached", "shared"))
+    value_input: str = _f("detached", choices=("detached", "shared", "privileged"))
     """The value head reads the pooled prefix with its gradient stopped (`detached`: the encoders learn only from the
-    actor's loss) or not (`shared`: the value loss also trains the shared backbone, RL4VLA's lighter choice)."""
+    actor's loss) or not (`shared`: the value loss also trains the shared backbone, RL4VLA's lighter choice); or
+    (`privileged`) the task's critic observation group instead, normalised by its own running statistics: the
+    simulator's state that the camera only hints at (where the cubes and the target are), an asymmetric critic for
+    training in simulation (the deployed chain has no value head)."""
     critic_hidden_dims: tuple[int, ...] = _f((256, 256))
     activation: str = _f("silu", choices=("elu", "relu", "tanh", "silu"))
     obs_normalization: bool = True
@@ -235,6 +239,7 @@ class VLAPolicy(nn.Module):
             indexes; with `instruction_pool: attention`, their token states (I, L, E) instead.
         instruction_mask: (I, L) the token states' attention masks (`instruction_pool: attention` only).
         action_clip: the task's action clip (bounds every sample), or None.
+        critic_obs_dim: O_c, the task's critic observation group's size (`value_input: privileged` reads it).
     """
 
     reads_observation_groups = True
@@ -242,7 +247,7 @@ class VLAPolicy(nn.Module):
 
     def __init__(self, cfg: VLAPolicyConfig, state_columns: Tensor, action_dim: int, image_encoder: nn.Module,
                  image_size: int, instruction_table: Tensor, action_clip: float | None,
-                 aux_columns: Tensor | None = None, instruction_mask: Tensor | None = None):
+                 aux_columns: Tensor | None = None, instruction_mask: Tensor | None = None, critic_obs_dim: int = 0):
         super().__init__()
         self.config = cfg
         self.horizon, self.action_dim, self.num_steps = cfg.horizon, action_dim, cfg.num_steps
@@ -295,7 +300,15 @@ class VLAPolicy(nn.Module):
         self.expert = nn.TransformerDecoder(_encoder_layer(cfg, True), cfg.expert_layers)
         self.action_out = nn.Sequential(nn.LayerNorm(w), nn.Linear(w, action_dim))
         self.noise_head = mlp(w + self.flat_dim + 32, cfg.noise_hidden_dims, self.flat_dim, cfg.activation)
-        self.critic = mlp(w, cfg.critic_hidden_dims, 1, cfg.activation)
+        self.critic_obs_dim = critic_obs_dim  # O_c
+        if cfg.value_input == "privileged":
+            if critic_obs_dim <= 0:
+                raise ConfigError("config error: policy.value_input = privileged reads the task's critic observation "
+                                  "group: this task has none")
+            self.critic = mlp(critic_obs_dim, cfg.critic_hidden_dims, 1, cfg.activation)
+            self.critic_normalizer = EmpiricalNormalization(critic_obs_dim, eps=cfg.obs_norm_eps)  # updated by RL
+        else:
+            self.critic = mlp(w, cfg.critic_hidden_dims, 1, cfg.activation)
         aux = torch.zeros(0, dtype=torch.long) if aux_columns is None else aux_columns.to(torch.long)
         self.register_buffer("aux_columns", aux.clone())  # (O_aux,)
         self.register_buffer("aux_mean", torch.zeros(aux.numel()))  # (O_aux,) the labels' statistics (SFT fits them)
@@ -371,8 +384,13 @@ class VLAPolicy(nn.Module):
         raw = self.noise_head(torch.cat([ctx.mean(1), x_t, pi0_time_embedding(t, 32)], dim=-1)).float()
         return bounded_std(raw, self.config.sigma_min, self.config.sigma_max)
 
-    def value(self, ctx: Tensor) -> Tensor:
-        """V (N,) on the pooled prefix (its gradient stopped unless `value_input` is `shared`)."""
+    def value(self, ctx: Tensor | None, critic_obs: Tensor | None = None) -> Tensor:
+        """V (N,) on the pooled prefix ctx (N, L, W) (its gradient stopped unless `value_input` is `shared`), or on
+        the critic observations (N, O_c) alone (`privileged`: ctx may be None)."""
+        if self.config.value_input == "privileged":
+            if critic_obs is None:
+                raise ValueError("policy.value_input = privileged: value() needs the critic observations")
+            return self.critic(self.critic_normalizer(critic_obs)).squeeze(-1).float()
         pooled = ctx.mean(1)
         if self.config.value_input == "detached":
             pooled = pooled.detach()

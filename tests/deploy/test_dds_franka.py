@@ -58,6 +58,8 @@ def in_process_reach(targets: np.ndarray) -> list[float]:
 
 
 @pytest.mark.slow
+@pytest.mark.realtime  # the twin and the deploy process run at 50 Hz / 1 kHz: beside a learning test on 2 cores they
+# missed ticks and the arm settled 1.7 cm from its targets against 0.6 cm in simulation (a fresh-clone CI run)
 def test_reach_over_dds_against_a_twin_that_publishes_franka_ros2_names_and_no_end_effector(dds_domain, tmp_path):
     """`robo-rl twin --no-ee-position` publishes joint_states as franka_ros2 does (panda_joint1..7, no ee_position)
     and takes jerk-limited setpoints on joint_trajectory_controller; `robo-rl deploy --transport dds` computes the

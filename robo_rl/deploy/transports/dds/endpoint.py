@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cyclonedds.core import Entity, Listener
+from cyclonedds.core import DDSException, Entity, Listener
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.qos import Policy, Qos
@@ -138,7 +138,10 @@ class DdsEndpoint:
             latest.reader = None  # take() answers None from now on
         self._latest.clear()
         for reader, _listener in self._readers:  # the Listener objects stay referenced until the delete is done
-            reader.set_listener(None)
+            try:
+                reader.set_listener(None)
+            except DDSException:  # a reader already deleted calls nothing: the participant's delete goes on
+                pass
         children = [*self._writers, *(r for r, _ in self._readers), *self._topics.values()]
         for entity in children:  # deleted with the participant: their finalisers must not delete the handle again
             Entity._entities.pop(entity._ref, None)

@@ -167,9 +167,9 @@ class Arrivals:
 class LatestSample:
     """The newest sample of a keep-last-1 reader and when it arrived (see DdsEndpoint.latest_reader)."""
 
-    def __init__(self, arrivals: Arrivals | None = None):
+    def __init__(self, arrivals: Arrivals):
         self.reader: DataReader | None = None
-        self.arrivals = arrivals or Arrivals()
+        self.arrivals = arrivals  # noted by the reader's listener
 
     @property
     def count(self) -> int:

@@ -152,7 +152,7 @@ class RobotActor:
         if not fresh:
             what = "idle"
             if not self.lost and (self.acting or weights is not None):
-                self._say_lost(weights, now - confirmed_at)
+                self._say_lost(weights, now - confirmed_at, interrupting=self.acting)
             if self.acting:
                 self.env.interrupt(self.cfg.on_stale)
                 self.acting = False
@@ -213,7 +213,7 @@ class RobotActor:
             if self.record is not None:
                 self.record.end_episode()
 
-    def _say_lost(self, weights: ActorWeights | None, age: float) -> None:
+    def _say_lost(self, weights: ActorWeights | None, age: float, interrupting: bool) -> None:
         self.lost = True
         why = "no parameters yet" if weights is None else (
             f"parameters {age:.2f} s old > max_param_age_s {self.cfg.max_param_age_s:g}, the last action taken on "
@@ -221,7 +221,8 @@ class RobotActor:
         error = getattr(self.feed, "last_error", None)
         self.log(f"actor: learner lost ({why}{'; ' + error if error else ''}): "
                  f"{'holding the last pose (READY)' if self.cfg.on_stale == 'hold' else 'damping (DAMP)'} until it "
-                 "is back; recording continues")
+                 f"is back; {'the episode is interrupted' if interrupting else 'between episodes'}, "
+                 "recording continues")
 
     def _ticked(self) -> None:
         now = self.env.last_tick_at if self.env.realtime else time.monotonic()

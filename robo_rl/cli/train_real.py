@@ -14,6 +14,7 @@ Imported for every `robo-rl` command: it imports the deploy core, torch and grpc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -354,17 +355,22 @@ def _actor(args: argparse.Namespace, contract: Any, record: Path) -> int:
         finally:
             sender.close()
     finally:
-        feed.close()
-        env.close()  # DAMP and a last damping command
-        recorder.close()
-        channel.close()
-        if actor is not None:
-            r = actor.report()
-            print(f"actor: {r['steps']} steps, {r['episodes']} episodes, {r['stale_events']} stale interruptions, "
-                  f"weights received {r['received_weights']}, sent {r['sent']}, dropped {r['dropped']}, control "
-                  f"period {r['period_p50'] * 1e3:.2f} ms, jitter p99 {r['jitter_p99'] * 1e3:.3f} ms (max "
-                  f"{r['jitter_max'] * 1e3:.2f} ms); recorded {recorder.frames} frames into {record}", flush=True)
+        with contextlib.ExitStack() as closing:  # last in, first run; each runs even when one before it raised
+            if actor is not None:
+                closing.callback(_print_actor_report, actor, recorder, record)
+            closing.callback(channel.close)
+            closing.callback(recorder.close)
+            closing.callback(feed.close)
+            closing.callback(env.close)  # first: DAMP and a last damping command
     return 0
+
+
+def _print_actor_report(actor: Any, recorder: Any, record: Path) -> None:
+    r = actor.report()
+    print(f"actor: {r['steps']} steps, {r['episodes']} episodes, {r['stale_events']} stale interruptions, "
+          f"weights received {r['received_weights']}, sent {r['sent']}, dropped {r['dropped']}, control "
+          f"period {r['period_p50'] * 1e3:.2f} ms, jitter p99 {r['jitter_p99'] * 1e3:.3f} ms (max "
+          f"{r['jitter_max'] * 1e3:.2f} ms); recorded {recorder.frames} frames into {record}", flush=True)
 
 
 def _takeover(args: argparse.Namespace) -> Any:

@@ -73,6 +73,7 @@ def test_stale_parameters_stop_driving_the_robot_within_one_control_period(on_st
             assert all(s[2] is Mode.DAMP and np.all(c.last_command.kp == 0) for s in steps[stale:])
         assert len([line for line in lines if "learner lost" in line]) == 1 and actor.stale_events == 1
         assert ("READY" if on_stale == "hold" else "DAMP") in lines[0] and "UNAVAILABLE" in lines[0]
+        assert "the episode is interrupted" in lines[0]
 
         sent = len(sink)
         restarted = _weights("L2", 1, o, a)  # a restarted learner: another id, its versions start again

@@ -6,10 +6,13 @@ evaluate it on fresh layouts (a seed no recording used) with the train phrasings
 per cube colour; then, from that SFT checkpoint, fine-tune it with each RL method (`--methods`: Flow-SDE PPO,
 Flow-Noise PPO, and `grpo`: Flow-SDE with GRPO's critic-free advantages, groups of `GRPO_GROUP` worlds from one
 initial state and one whole episode per iteration) for `--rl-minutes` each and evaluate again. Peak memory (max RSS
-of this process) is printed.
+of this process) is printed. Last, the best run (the SFT or an RL run) is exported to ONNX and deployed on the twin
+(`--twin-episodes`): the deploy core (the Panda's hardware file and safety filter, its camera, the ONNX encoder and
+step) from the same layouts as `--twin-episodes` worlds in simulation, the success of each printed.
 
 Targets: each RL method raises the success on the train phrasings by >= 20 points absolute (or to >= 90 %);
-the held-out phrasings stay within 10 points of the train phrasings (SFT and after RL). With several `--seeds` each
+the held-out phrasings stay within 10 points of the train phrasings (SFT and after RL); on the twin the exported
+policy's success stays within 10 points of its success in simulation. With several `--seeds` each
 method runs once per seed, one after the other; the spread is printed and a target is judged on the mean (the IQM
 from five seeds on, with a bootstrap interval: `robo_rl.learn.run_statistics`).
 
@@ -17,6 +20,7 @@ from five seeds on, with a bootstrap interval: `robo_rl.learn.run_statistics`).
     python scripts/bench_vla.py --rl-minutes 10  # a shorter look
     python scripts/bench_vla.py --smoke          # every step once, at the smallest sizes
     python scripts/bench_vla.py --sft-run runs/vla_sft --methods flow-sde --seeds 0 1   # RL from a longer SFT run
+    python scripts/bench_vla.py --sft-run runs/vla_sft --methods flow-sde --rl-set policy.value_input=privileged
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from robo_rl.cli import main as cli
@@ -52,6 +57,11 @@ METHODS = {"flow-sde": "flow-sde", "flow-noise": "flow-noise", "grpo": "flow-sde
 """`--methods` name -> what it runs (its label)."""
 GRPO_GROUP = 8
 """GRPO: worlds per group of shared initial states (the preset's 64 worlds: 8 groups)."""
+TWIN_HARDWARE = "hardware/panda_gripper.yaml"
+TWIN_SCENE = "envs/panda_pick_vision.xml"
+"""The twin the exported VLA is deployed on: the Panda's hardware file as shipped (safety filter, setpoint limits)
+and the scene whose camera the task renders."""
+TWIN_SEED = EVAL_SEED + 1
 GRPO_ACTOR_LR = 5e-6
 """GRPO's actor rate (the preset's 3e-6 is PPO's: its critic-based advantages are noisier; docs/vla.md)."""
 
@@ -132,6 +142,71 @@ def evaluate(label: str, run: Path, episodes: int, execution: dict[str, object] 
     return train, held
 
 
+def twin_layouts(cfg, episodes: int) -> list[tuple[np.ndarray, np.ndarray, str, str]]:
+    """(qpos (nq,), target (3,), instruction, goal cube body) of each of `episodes` worlds' first episode at
+    TWIN_SEED; `cfg` without initial joint noise (the twin starts at the home pose). `run_episodes` on an env built
+    the same way runs these layouts."""
+    env = build_env(cfg, num_envs=episodes, seed=TWIN_SEED)
+    try:
+        env.reset()
+        b, texts = env.backend, env.instruction_set.texts
+        return [(b.qpos[i].numpy().astype(np.float64), env.target[i].numpy().astype(np.float64),
+                 texts[int(env.instruction[i])], cfg.env.cube_bodies[int(env.goal[i])]) for i in range(episodes)]
+    finally:
+        env.close()
+
+
+def twin_episode(policy: Path, layout: tuple[np.ndarray, np.ndarray, str, str], cfg) -> bool:
+    """One episode of the exported `policy` on the twin through the deploy core, from `layout`: ramp to READY, then
+    the task's episode length in POLICY; success as the task scores it (the goal cube within `success_distance` of
+    the target, at rest)."""
+    from robo_rl.deploy.session import open_session
+    from robo_rl.deploy.state_machine import Mode
+
+    qpos, target, text, cube = layout
+    session = open_session(policy, TWIN_HARDWARE, realtime=False, instruction=text, scene=TWIN_SCENE,
+                           warn=lambda _: None)
+    robot, c = session.robot, session.controller
+    try:
+        robot.reset("home", qpos=qpos)
+        robot.data.mocap_pos[0] = target  # the place target, drawn in the camera's image
+        c.request_ramp()
+        while c.mode is not Mode.READY:
+            c.tick(robot.time)  # fast mode: the clock is simulation time
+        c.start_policy()
+        for _ in range(episode_steps(cfg.env)):
+            c.tick(robot.time)
+        if c.mode is not Mode.POLICY:
+            raise SystemExit(f"twin: the policy was stopped: {c.status_line()}")
+        m, d = robot.model, robot.data
+        body = m.body(cube).id
+        dof = int(m.jnt_dofadr[m.body_jntadr[body]])
+        distance = float(np.linalg.norm(d.xpos[body] - target))
+        speed = float(np.linalg.norm(d.qvel[dof:dof + 3]))
+        return distance < cfg.env.success_distance and speed < cfg.env.rest_speed
+    finally:
+        robot.close()
+
+
+def twin_against_sim(run: Path, episodes: int, out: Path) -> tuple[float, float]:
+    """(success in simulation, success on the twin) of `run`'s policy, exported to `out`, from the same layouts."""
+    from robo_rl.export.onnx_export import export_policy
+
+    export_policy(run, out, parity_envs=2, parity_steps=4, evaluate=False)
+    _, state, cfg = load_trained(run)
+    cfg = dataclasses.replace(cfg, env=dataclasses.replace(cfg.env, init_joint_noise=0.0))
+    env = build_env(cfg, num_envs=episodes, seed=TWIN_SEED)
+    try:
+        sim = run_episodes(env, inference_actor(load_policy(state, cfg, env)))["metrics"]["success"]
+    finally:
+        env.close()
+    t0 = time.perf_counter()
+    twin = float(np.mean([twin_episode(out, layout, cfg) for layout in twin_layouts(cfg, episodes)]))
+    print(f"deployed ({run.name}, {out.name}): success {sim:.3f} in simulation, {twin:.3f} on the twin through the "
+          f"deploy core ({episodes} layouts; the twin's episodes in {time.perf_counter() - t0:.0f} s)", flush=True)
+    return sim, twin
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--demos", type=int, default=200, help="expert episodes")
@@ -147,9 +222,13 @@ def main() -> None:
     parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
     parser.add_argument("--sft-run", default="", help="start from this vla-sft run (e.g. one trained for hours, "
                         "resumed across sessions) instead of recording and SFT here")
+    parser.add_argument("--twin-episodes", type=int, default=32, help="episodes of the exported best run on the "
+                        "twin through the deploy core, and in simulation from the same layouts (0: none)")
+    parser.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE", help="a setting of every RL "
+                        "run on top of the preset's and the method's (e.g. policy.value_input=privileged); repeatable")
     args = parser.parse_args()
     if args.smoke:
-        args.demos, args.episodes, args.methods = 1, 2, list(METHODS)
+        args.demos, args.episodes, args.methods, args.twin_episodes = 1, 2, list(METHODS), 1
         torch.set_num_threads(1)
     root = Path(args.out or tempfile.mkdtemp(prefix="bench_vla_"))
     common = ["--set", f"runner.log_dir={root}", "--set", "runner.eval_episodes=0", "--set",
@@ -177,12 +256,20 @@ def main() -> None:
             smoke = (*SMOKE, *SMOKE_RL) if args.smoke else ()
             run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={sft}", "--max-time",
                      str(args.rl_minutes * 60), *common, "--seed", str(seed), *(sets(SMOKE_RL) if args.smoke else []),
-                     *sets(sft_policy_overrides(sft)), *sets(method_overrides(method, smoke)), "--run-name", name])
+                     *sets(sft_policy_overrides(sft)), *sets(method_overrides(method, smoke)), *sets(args.rl_set),
+                     "--run-name", name])
             _, state, _ = load_trained(root / name)
             print(f"{METHODS[method]}, seed {seed}: {int(state['iteration'])} iterations in "
                   f"{float(state['train_time']):.0f} s", flush=True)
             results.setdefault(method, []).append(evaluate(f"{METHODS[method]}, seed {seed}", root / name,
                                                            args.episodes))
+
+    twin = None
+    if args.twin_episodes:
+        runs = [(sft_train, sft), *((train, root / f"rl_{m}_seed{seed}") for m, per_seed in results.items()
+                                    for seed, (train, _) in zip(args.seeds, per_seed, strict=True))]
+        best = max(runs, key=lambda r: r[0])[1]  # the SFT on a tie
+        twin = twin_against_sim(best, args.twin_episodes, root / "deployed.onnx")
 
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"runs in {root}; peak memory {peak_gb:.2f} GB")
@@ -199,6 +286,10 @@ def main() -> None:
               f"{'PASS' if ok else 'FAIL'}")
         print(f"TARGET vla_heldout_gap_points_{key} measured={100 * gaps.central:.1f} goal=<=10 "
               f"{'PASS' if gaps.central <= 0.1 else 'FAIL'}")
+    if twin is not None:
+        gap = abs(twin[0] - twin[1])
+        print(f"TARGET vla_twin_success_gap_points measured={100 * gap:.1f} goal=<=10 "
+              f"{'PASS' if gap <= 0.1 else 'FAIL'}")
     print(f"TARGET vla_peak_memory_gb measured={peak_gb:.2f} goal=<=8 {'PASS' if peak_gb <= 8 else 'FAIL'}")
 
 

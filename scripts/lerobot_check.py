@@ -84,8 +84,11 @@ def point_scripts_at(build: Path, venv: Path) -> None:
             script.write_bytes(data.replace(f"#!{build}/".encode(), f"#!{venv}/".encode(), 1))
 
 
-def ensure_venv(venv: str | Path, log=None) -> tuple[Path | None, str]:
+def ensure_venv(venv: str | Path, log=None, steps=install_steps) -> tuple[Path | None, str]:
     """(venv's python, "") once the venv exists (built now if missing), else (None, the reason it could not be).
+
+    `steps(folder)` gives the commands that build a venv in `folder` (this file's `install_steps`; another venv's,
+    e.g. scripts/lerobot_vla_env.py's for LeRobot's policies).
 
     A venv counts as built when its `.lerobot-ready` marker exists. It is built in a temporary folder beside `venv`
     (`*.tmp`) and renamed to `venv` when complete, so a build killed half-way is never taken for a venv; a `venv`
@@ -106,7 +109,7 @@ def ensure_venv(venv: str | Path, log=None) -> tuple[Path | None, str]:
     build.chmod(0o755)
     t = time.perf_counter()
     try:
-        for cmd in install_steps(build):
+        for cmd in steps(build):
             env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
             r = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if r.returncode != 0:

@@ -37,6 +37,9 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise UserError("record: --episodes and --num-envs must be >= 1, --image-size 8 .. 1024, --noise >= 0")
     if args.teleop:
         return _record_teleop(args)
+    from robo_rl.cli.robot import stop_on_signals
+
+    stop_on_signals()  # Ctrl-C or SIGTERM, also in a background job: the episodes recorded so far stay a dataset
     started = time.monotonic()
 
     def progress(n: int) -> None:

@@ -134,55 +134,55 @@ def record_demos(env: Any, actor: Actor, episodes: int, out: str | Path, *, task
     features = expert_features(env, cameras, image_size)
     info = {"robo_rl": {"task": task, "contract": json_contract(env), "source": source}}
     writer = DatasetWriter(out, fps=1.0 / env.dt, features=features, robot_type=env.contract.robot, extra_info=info)
-    n = env.num_envs
-    buffers: list[list[tuple[dict[str, np.ndarray], str]]] = [[] for _ in range(n)]  # (frame, task text)
-    obs = env.reset(random_start=False)
-    actor.reset(torch.arange(n))
-    written, successes = 0, []
-    noise = torch.Generator().manual_seed(seed + 7)
-    while written < episodes:
-        with single_torch_thread(), torch.no_grad():
-            action = actor(obs).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
-            executed = action
-            if action_noise > 0:
-                executed = (action + action_noise * torch.randn(action.shape, generator=noise)).clamp(
-                    -env.cfg.action_clip, env.cfg.action_clip)
-        images = {cam: env.backend.render_cameras(cam, image_size, image_size).permute(0, 2, 3, 1).cpu().numpy()
-                  for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
-        state = env.q.cpu().numpy().copy()
-        policy = obs["policy"].cpu().numpy().copy()
-        critic = obs["critic"].cpu().numpy().copy()
-        texts = episode_tasks(env, obs, task)  # (N,) the task text of each world's frame
-        targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
-        obs, reward, terminated, truncated, info = env.step(executed)
-        done = (terminated | truncated).cpu().numpy()
-        success = step_success(env, info) if "next.success" in features else None  # (N,) bool
-        act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
-        for w in range(n):
-            frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
-                     "command.joint_position": targets[w], "next.reward": rew[w], "next.done": done[w],
-                     "next.terminated": term[w]}
-            if "observation.critic" in features:
-                frame["observation.critic"] = critic[w]
-            if success is not None:
-                frame["next.success"] = success[w]
-            frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
-            buffers[w].append((frame, texts[w]))
-        ended = info["episode"]
-        if ended:
-            ids = ended["ids"].tolist()
-            for k, w in enumerate(ids):
-                if written < episodes:
-                    for frame, text in buffers[w]:
-                        writer.add_frame(frame, task=text)
-                    writer.end_episode()
-                    successes.append(float(ended["success"][k]) if "success" in ended else float("nan"))
-                    written += 1
-                    if progress:
-                        progress(written)
-                buffers[w] = []
-            actor.reset(ended["ids"])
-    writer.close()
+    with writer:  # an interrupt (Ctrl-C, SIGTERM) still commits every episode finished, and only those
+        n = env.num_envs
+        buffers: list[list[tuple[dict[str, np.ndarray], str]]] = [[] for _ in range(n)]  # (frame, task text)
+        obs = env.reset(random_start=False)
+        actor.reset(torch.arange(n))
+        written, successes = 0, []
+        noise = torch.Generator().manual_seed(seed + 7)
+        while written < episodes:
+            with single_torch_thread(), torch.no_grad():
+                action = actor(obs).clamp(-env.cfg.action_clip, env.cfg.action_clip)  # (N, A) the label
+                executed = action
+                if action_noise > 0:
+                    executed = (action + action_noise * torch.randn(action.shape, generator=noise)).clamp(
+                        -env.cfg.action_clip, env.cfg.action_clip)
+            images = {cam: env.backend.render_cameras(cam, image_size, image_size).permute(0, 2, 3, 1).cpu().numpy()
+                      for cam in cameras}  # (N, H, W, 3) of the observation the action was taken in
+            state = env.q.cpu().numpy().copy()
+            policy = obs["policy"].cpu().numpy().copy()
+            critic = obs["critic"].cpu().numpy().copy()
+            texts = episode_tasks(env, obs, task)  # (N,) the task text of each world's frame
+            targets = env.joint_targets(executed).cpu().numpy()  # (N, J) what the executed action commands
+            obs, reward, terminated, truncated, info = env.step(executed)
+            done = (terminated | truncated).cpu().numpy()
+            success = step_success(env, info) if "next.success" in features else None  # (N,) bool
+            act, rew, term = action.cpu().numpy(), reward.cpu().numpy(), terminated.cpu().numpy()
+            for w in range(n):
+                frame = {"observation.state": state[w], "observation.policy": policy[w], "action": act[w],
+                         "command.joint_position": targets[w], "next.reward": rew[w], "next.done": done[w],
+                         "next.terminated": term[w]}
+                if "observation.critic" in features:
+                    frame["observation.critic"] = critic[w]
+                if success is not None:
+                    frame["next.success"] = success[w]
+                frame.update({f"observation.images.{c}": images[c][w].copy() for c in cameras})
+                buffers[w].append((frame, texts[w]))
+            ended = info["episode"]
+            if ended:
+                ids = ended["ids"].tolist()
+                for k, w in enumerate(ids):
+                    if written < episodes:
+                        for frame, text in buffers[w]:
+                            writer.add_frame(frame, task=text)
+                        writer.end_episode()
+                        successes.append(float(ended["success"][k]) if "success" in ended else float("nan"))
+                        written += 1
+                        if progress:
+                            progress(written)
+                    buffers[w] = []
+                actor.reset(ended["ids"])
     stats = writer.stats()
     return {"episodes": written, "frames": stats.frames_written, "success_rate": _mean_success(successes),
             "dropped": stats.frames_dropped}

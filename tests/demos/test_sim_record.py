@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 
 from robo_rl.demos.dataset_reader import DatasetReader
 from robo_rl.demos.sim_record import record_expert
 from robo_rl.tasks.experts import make_expert_env
+from tests.conftest import REPO
 
 
 def test_each_episode_of_a_task_with_instructions_is_recorded_with_its_instruction(tmp_path):
@@ -40,3 +47,26 @@ def test_a_task_with_a_success_state_records_it_after_every_step(tmp_path):
         success = reader.episode(e, images=False)["next.success"].astype(bool)
         assert not success[0] and success[-1]  # the cube starts off its target and ends on it
         assert 0.2 < success.mean() < 0.8  # placed part-way through the episode and kept there
+
+
+def test_a_recording_stopped_by_sigterm_in_a_background_job_keeps_its_finished_episodes(tmp_path):
+    """`robo-rl record` started with SIGINT ignored (as a shell's background job is) and stopped by SIGTERM exits 130
+    and leaves a dataset of the episodes finished before the signal, none half-written."""
+    log = tmp_path / "record.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "robo_rl.cli", "record", "--task", "arm-reach", "--expert", "--episodes", "100000",
+         "--num-envs", "4", "--out", str(tmp_path / "ds")], cwd=REPO, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        end = time.monotonic() + 120
+        while "recorded 10/" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < end, log.read_text()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 130, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader = DatasetReader(tmp_path / "ds")
+    lengths = [len(reader.episode(e, images=False)["action"]) for e in range(reader.num_episodes)]
+    assert reader.num_episodes >= 10 and set(lengths) == {lengths[0]}  # whole episodes only (arm-reach's are fixed)

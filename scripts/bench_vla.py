@@ -30,6 +30,7 @@ import dataclasses
 import resource
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -156,10 +157,10 @@ def twin_layouts(cfg, episodes: int) -> list[tuple[np.ndarray, np.ndarray, str, 
         env.close()
 
 
-def twin_episode(policy: Path, layout: tuple[np.ndarray, np.ndarray, str, str], cfg) -> bool:
+def twin_episode(policy: Path, layout: tuple[np.ndarray, np.ndarray, str, str], cfg) -> tuple[bool, str | None]:
     """One episode of the exported `policy` on the twin through the deploy core, from `layout`: ramp to READY, then
-    the task's episode length in POLICY; success as the task scores it (the goal cube within `success_distance` of
-    the target, at rest)."""
+    the task's episode length in POLICY. (success as the task scores it: the goal cube within `success_distance` of
+    the target, at rest; the safety fault that stopped the policy, or None). A fault ends the episode failed."""
     from robo_rl.deploy.session import open_session
     from robo_rl.deploy.state_machine import Mode
 
@@ -176,14 +177,14 @@ def twin_episode(policy: Path, layout: tuple[np.ndarray, np.ndarray, str, str], 
         c.start_policy()
         for _ in range(episode_steps(cfg.env)):
             c.tick(robot.time)
-        if c.mode is not Mode.POLICY:
-            raise SystemExit(f"twin: the policy was stopped: {c.status_line()}")
+            if c.mode is not Mode.POLICY:  # the safety layer stopped the policy (the robot is damped)
+                return False, c.last_fault or c.mode.name
         m, d = robot.model, robot.data
         body = m.body(cube).id
         dof = int(m.jnt_dofadr[m.body_jntadr[body]])
         distance = float(np.linalg.norm(d.xpos[body] - target))
         speed = float(np.linalg.norm(d.qvel[dof:dof + 3]))
-        return distance < cfg.env.success_distance and speed < cfg.env.rest_speed
+        return distance < cfg.env.success_distance and speed < cfg.env.rest_speed, None
     finally:
         robot.close()
 
@@ -201,9 +202,12 @@ def twin_against_sim(run: Path, episodes: int, out: Path) -> tuple[float, float]
     finally:
         env.close()
     t0 = time.perf_counter()
-    twin = float(np.mean([twin_episode(out, layout, cfg) for layout in twin_layouts(cfg, episodes)]))
+    outcomes = [twin_episode(out, layout, cfg) for layout in twin_layouts(cfg, episodes)]
+    twin = float(np.mean([ok for ok, _ in outcomes]))
+    faults = Counter(fault for _, fault in outcomes if fault is not None)
     print(f"deployed ({run.name}, {out.name}): success {sim:.3f} in simulation, {twin:.3f} on the twin through the "
-          f"deploy core ({episodes} layouts; the twin's episodes in {time.perf_counter() - t0:.0f} s)", flush=True)
+          f"deploy core ({episodes} layouts; stopped by a safety fault: {dict(faults) or 'none'}; the twin's "
+          f"episodes in {time.perf_counter() - t0:.0f} s)", flush=True)
     return sim, twin
 
 
@@ -219,7 +223,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds of each RL method, run one "
                         "after the other from the same SFT run; their spread is reported (IQM from 5 on)")
     parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder)")
+    parser.add_argument("--out", default="", help="keep the runs here (default: a temporary folder); an RL run "
+                        "already there is evaluated again, not trained again")
     parser.add_argument("--sft-run", default="", help="start from this vla-sft run (e.g. one trained for hours, "
                         "resumed across sessions) instead of recording and SFT here")
     parser.add_argument("--twin-episodes", type=int, default=32, help="episodes of the exported best run on the "
@@ -254,10 +259,13 @@ def main() -> None:
         for seed in args.seeds:
             name = f"rl_{method}_seed{seed}"
             smoke = (*SMOKE, *SMOKE_RL) if args.smoke else ()
-            run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={sft}", "--max-time",
-                     str(args.rl_minutes * 60), *common, "--seed", str(seed), *(sets(SMOKE_RL) if args.smoke else []),
-                     *sets(sft_policy_overrides(sft)), *sets(method_overrides(method, smoke)), *sets(args.rl_set),
-                     "--run-name", name])
+            if args.out and (root / name / "config.yaml").is_file():
+                print(f"{root / name}: kept from an earlier run of this benchmark (--out), not trained again")
+            else:
+                run_cli(["train", "--config", RL_PRESET, "--set", f"algo.pretrained={sft}", "--max-time",
+                         str(args.rl_minutes * 60), *common, "--seed", str(seed),
+                         *(sets(SMOKE_RL) if args.smoke else []), *sets(sft_policy_overrides(sft)),
+                         *sets(method_overrides(method, smoke)), *sets(args.rl_set), "--run-name", name])
             _, state, _ = load_trained(root / name)
             print(f"{METHODS[method]}, seed {seed}: {int(state['iteration'])} iterations in "
                   f"{float(state['train_time']):.0f} s", flush=True)

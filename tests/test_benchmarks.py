@@ -22,7 +22,7 @@ SMOKE_RUNS = [  # (script, arguments, how many TARGET lines it prints)
     ("bench_sac_locomotion.py", ["--smoke"], 2),  # SAC beside PPO on quadruped-walk-flat: PPO walks; terrain level
     ("bench_demos.py", ["--smoke"], 2),  # 50 Hz recording with two cameras: drops, save blocking
     ("bench_reinflow.py", ["--smoke"], 2),  # flow-bc then ReinFlow on arm-pick-place, K = 4 and K = 1
-    ("bench_vla.py", ["--smoke"], 8),  # VLA SFT, then Flow-SDE PPO, Flow-Noise PPO, GRPO: gains, held-out gaps, memory
+    ("bench_vla.py", ["--smoke"], 9),  # VLA SFT, Flow-SDE PPO, Flow-Noise PPO, GRPO: gains, held-out gaps; twin; memory
     ("bench_distributed.py", ["--smoke"], 3),  # 2 ranks under torchrun vs one process on arm-reach; flat vs DDP sync
     ("bench_time_to_walk.py", ["--smoke", "--seeds", "0"], 4),  # Go2 time to walk, evaluation, vs rsl-rl-lib, deployed
     ("bench_reward_classifier.py", ["--smoke"], 1),  # held-out accuracy of the reward classifier, arm-pick-place-vision

@@ -49,9 +49,9 @@ from torch import Tensor, nn
 
 from robo_rl.core.config import ConfigError, _f
 from robo_rl.learn.networks.actor_critic import mlp
-from robo_rl.learn.networks.flow import check_chunk_and_noise, euler_sample
+from robo_rl.learn.networks.flow import check_chunk_and_noise
 from robo_rl.learn.networks.normalizer import EmpiricalNormalization
-from robo_rl.learn.networks.vla import bind, bounded_std, flow_matching_loss, pi0_time_embedding
+from robo_rl.learn.networks.vla import ChunkSampling, bounded_std, pi0_time_embedding
 
 SMOLVLM = "HuggingFaceTB/SmolVLM2-500M-Video-Instruct"
 """SmolVLA's VLM backbone (a hub name: on a machine without the hub, pass a folder from `write_smolvlm_folder`)."""
@@ -136,7 +136,7 @@ def unpack_context(ctx: Tensor, hidden_width: int, layers: int, kv_heads: int, h
     return ctx[..., 0] > 0.5, ctx[..., 1:start], cache
 
 
-class LeRobotVLA(nn.Module):
+class LeRobotVLA(ChunkSampling, nn.Module):
     """A LeRobot `SmolVLAPolicy` behind the VLA interface (see the module docstring).
 
     Args:
@@ -238,28 +238,6 @@ class LeRobotVLA(nn.Module):
         if self.config.value_input == "detached":
             pooled = pooled.detach()
         return self.critic(pooled).squeeze(-1).float()
-
-    # ------------------------------------------------------------------ sampling and SFT
-    def sample(self, ctx: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
-        """Deterministic Euler chunks (N, H, A) from x0 (N, D)."""
-        x = euler_sample(bind(self, ctx), x0, num_steps or self.num_steps, clip=self.action_clip)
-        return x.reshape(-1, self.horizon, self.action_dim)
-
-    def flow_matching_loss(self, ctx: Tensor, x1: Tensor, generator: torch.Generator) -> Tensor:
-        """SFT's loss on demonstrated chunks x1 (B, D) (`robo_rl.learn.networks.vla.flow_matching_loss`)."""
-        return flow_matching_loss(self, ctx, x1, self.config.time_beta, generator)
-
-    def initial_chain(self, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
-        """x_0 (N, D) as `initial_noise` says: N(0, I) drawn from `generator`, or zeros."""
-        if self.config.initial_noise == "zeros":
-            return torch.zeros(n, self.flat_dim, device=device)
-        return torch.randn(n, self.flat_dim, generator=generator, device=generator.device).to(device)
-
-    def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
-        """The first E actions (N, E, A) (or (N, A) when E = 1) of the deterministic chain."""
-        ctx = self.encode_prefix(obs)
-        chunk = self.sample(ctx, self.initial_chain(ctx.shape[0], self._eval_generator, ctx.device))
-        return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
 
 
 # ---------------------------------------------------------------------------------------------- building

@@ -235,7 +235,35 @@ def _encoder_layer(cfg: VLAPolicyConfig, decoder: bool) -> nn.Module:
                 batch_first=True, norm_first=True)
 
 
-class VLAPolicy(nn.Module):
+class ChunkSampling:
+    """Sampling and SFT over a VLA's interface, shared by the VLAs (`VLAPolicy`, the LeRobot adapter): they have
+    `horizon`, `action_dim`, `num_steps`, `action_clip`, `execute_steps`, `flat_dim` (H A), `_eval_generator` and a
+    config with `initial_noise` and `time_beta`."""
+
+    def sample(self, ctx: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
+        """Deterministic Euler chunks (N, H, A) from x0 (N, D)."""
+        x = euler_sample(bind(self, ctx), x0, num_steps or self.num_steps, clip=self.action_clip)
+        return x.reshape(-1, self.horizon, self.action_dim)
+
+    def flow_matching_loss(self, ctx: Tensor, x1: Tensor, generator: torch.Generator) -> Tensor:
+        """`flow_matching_loss` of this VLA, t from π0's Beta distribution (`config.time_beta`)."""
+        return flow_matching_loss(self, ctx, x1, self.config.time_beta, generator)
+
+    def initial_chain(self, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
+        """x_0 (N, D) of n chains as `config.initial_noise` says: N(0, I) drawn from `generator`, or zeros."""
+        if self.config.initial_noise == "zeros":
+            return torch.zeros(n, self.flat_dim, device=device)
+        return torch.randn(n, self.flat_dim, generator=generator, device=generator.device).to(device)
+
+    def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
+        """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain
+        from x_0 ~ N(0, I) (or zeros), or the first action (N, A) when E = 1."""
+        ctx = self.encode_prefix(obs)
+        chunk = self.sample(ctx, self.initial_chain(ctx.shape[0], self._eval_generator, ctx.device))
+        return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
+
+
+class VLAPolicy(ChunkSampling, nn.Module):
     """The small VLA (see the module docstring).
 
     Args:
@@ -407,15 +435,6 @@ class VLAPolicy(nn.Module):
         return self.critic(pooled).squeeze(-1).float()
 
     # ------------------------------------------------------------------ sampling and SFT
-    def sample(self, ctx: Tensor, x0: Tensor, num_steps: int | None = None) -> Tensor:
-        """Deterministic Euler chunks (N, H, A) from x0 (N, D)."""
-        x = euler_sample(bind(self, ctx), x0, num_steps or self.num_steps, clip=self.action_clip)
-        return x.reshape(-1, self.horizon, self.action_dim)
-
-    def flow_matching_loss(self, ctx: Tensor, x1: Tensor, generator: torch.Generator) -> Tensor:
-        """`flow_matching_loss` of this VLA, t from π0's Beta distribution (`time_beta`)."""
-        return flow_matching_loss(self, ctx, x1, self.config.time_beta, generator)
-
     def aux_prediction(self, ctx: Tensor) -> Tensor:
         """The `aux_terms` (N, O_aux), standardised by `aux_mean` and `aux_std`, predicted from the pooled prefix
         tokens of ctx (N, L[+1], W) (not the `aux_token` that holds this very prediction)."""
@@ -426,19 +445,6 @@ class VLAPolicy(nn.Module):
         (N, O), standardised."""
         target = (obs[:, self.aux_columns] - self.aux_mean) / self.aux_std  # (N, O_aux)
         return (self.aux_prediction(ctx).float() - target).square().mean()
-
-    def initial_chain(self, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
-        """x_0 (N, D) of n chains as `initial_noise` says: N(0, I) drawn from `generator`, or zeros."""
-        if self.config.initial_noise == "zeros":
-            return torch.zeros(n, self.flat_dim, device=device)
-        return torch.randn(n, self.flat_dim, generator=generator, device=generator.device).to(device)
-
-    def act_inference(self, obs: dict[str, Tensor]) -> Tensor:
-        """The executed actions for observation groups: the first E actions (N, E, A) of the deterministic chain
-        from x_0 ~ N(0, I) (or zeros), or the first action (N, A) when E = 1."""
-        ctx = self.encode_prefix(obs)
-        chunk = self.sample(ctx, self.initial_chain(ctx.shape[0], self._eval_generator, ctx.device))
-        return chunk[:, 0] if self.execute_steps == 1 else chunk[:, : self.execute_steps]
 
     # ------------------------------------------------------------------ export
     @property

@@ -198,16 +198,6 @@ def sample_flow_times(n: int, beta: tuple[float, float], generator: torch.Genera
     return 1.0 - s
 
 
-def flow_matching_loss(vla: VLA, ctx: Tensor, x1: Tensor, time_beta: tuple[float, float],
-                       generator: torch.Generator) -> Tensor:
-    """SFT's loss || v(ctx, x_t, t) - (x1 - x0) ||² on demonstrated chunks x1 (B, D) with their prefixes ctx (B, ...):
-    x0 ~ N(0, I), t from π0's Beta distribution (`sample_flow_times`), x_t = (1 - t) x0 + t x1."""
-    x0 = torch.randn(x1.shape, generator=generator, device=generator.device).to(x1.device)
-    t = sample_flow_times(x1.shape[0], time_beta, generator).to(x1.device)
-    xt = (1 - t[:, None]) * x0 + t[:, None] * x1
-    return (vla.velocity(ctx, xt, t) - (x1 - x0)).square().mean()
-
-
 def bounded_std(raw: Tensor, sigma_min: float, sigma_max: float) -> Tensor:
     """A std in [σ_min, σ_max] from an unbounded output: a tanh-squashed log-variance (Flow-Noise's head)."""
     lo, hi = 2 * math.log(sigma_min), 2 * math.log(sigma_max)
@@ -246,8 +236,12 @@ class ChunkSampling:
         return x.reshape(-1, self.horizon, self.action_dim)
 
     def flow_matching_loss(self, ctx: Tensor, x1: Tensor, generator: torch.Generator) -> Tensor:
-        """`flow_matching_loss` of this VLA, t from π0's Beta distribution (`config.time_beta`)."""
-        return flow_matching_loss(self, ctx, x1, self.config.time_beta, generator)
+        """SFT's loss || v(ctx, x_t, t) - (x1 - x0) ||² on demonstrated chunks x1 (B, D) with their prefixes ctx:
+        x0 ~ N(0, I), t from π0's Beta distribution (`config.time_beta`), x_t = (1 - t) x0 + t x1."""
+        x0 = torch.randn(x1.shape, generator=generator, device=generator.device).to(x1.device)
+        t = sample_flow_times(x1.shape[0], self.config.time_beta, generator).to(x1.device)
+        xt = (1 - t[:, None]) * x0 + t[:, None] * x1
+        return (self.velocity(ctx, xt, t) - (x1 - x0)).square().mean()
 
     def initial_chain(self, n: int, generator: torch.Generator, device: torch.device | str) -> Tensor:
         """x_0 (N, D) of n chains as `config.initial_noise` says: N(0, I) drawn from `generator`, or zeros."""

@@ -29,6 +29,8 @@ def cmd_record(args: argparse.Namespace) -> int:
             args.teleop and not args.robot):
         raise UserError("record: give either --task TASK --expert or --task TASK --teacher RUN (simulation), or "
                         "--robot HW --teleop DEVICE")
+    if args.overrides and not sim:
+        raise UserError("record: --set changes the task config of a recording in simulation (--expert, --teacher)")
     if sim and (args.transport != "sim" or args.domain_id or args.policy):
         raise UserError("record: --transport, --domain-id and --policy are options of teleoperation (--robot HW "
                         "--teleop DEVICE); --expert and --teacher record in simulation")
@@ -58,12 +60,30 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def env_config(task: str, base: Any, overrides: Sequence[str]) -> Any:
+    """`base` (the task's config; None: its defaults) with `--set env.FIELD=VALUE` overrides; ValueError (one line)
+    for another section, or a field the task lacks or a value it refuses."""
+    from robo_rl.core.config import ConfigError, apply_overrides, build, to_plain
+    from robo_rl.tasks.task_registry import task_config_class
+
+    cls = task_config_class(task)
+    raw = apply_overrides({"env": to_plain(base if base is not None else cls())}, overrides)
+    if raw.keys() != {"env"}:
+        raise ValueError(f"--set {overrides[0]}: a recording's overrides are its task config's, env.FIELD=VALUE")
+    try:
+        return build(cls, raw["env"], "env")
+    except ConfigError as exc:
+        raise ValueError(str(exc).removeprefix("config error: ")) from None
+
+
 def _record_expert(args: argparse.Namespace, progress: Callable[[int], None]) -> dict[str, Any]:
-    """record --task T --expert: the task's scripted expert."""
+    """record --task T --expert: the task's scripted expert, in its default config with --set's overrides."""
     from robo_rl.demos.sim_record import record_expert  # the train extra (torch, mujoco)
 
+    cfg = env_config(args.task, None, args.overrides) if args.overrides else None
     return record_expert(args.task, args.episodes, args.out, num_envs=args.num_envs, cameras=args.cameras,
-                         image_size=args.image_size, seed=args.seed, action_noise=args.noise, progress=progress)
+                         image_size=args.image_size, seed=args.seed, action_noise=args.noise, progress=progress,
+                         cfg=cfg)
 
 
 def _record_teacher(args: argparse.Namespace, progress: Callable[[int], None]) -> dict[str, Any]:
@@ -81,7 +101,8 @@ def _record_teacher(args: argparse.Namespace, progress: Callable[[int], None]) -
         raise ValueError(f"--teacher {args.teacher}: the run was trained on {cfg.task!r}, not {args.task!r}")
     if getattr(cfg.policy, "execute_steps", 1) > 1:
         raise ValueError(f"--teacher {args.teacher}: its policy executes action chunks; record from a one-step policy")
-    env = make_env(args.task, min(args.num_envs, args.episodes), cfg=cfg.env, seed=args.seed)
+    env_cfg = env_config(args.task, cfg.env, args.overrides) if args.overrides else cfg.env
+    env = make_env(args.task, min(args.num_envs, args.episodes), cfg=env_cfg, seed=args.seed)
     try:
         with torch.no_grad():
             policy = load_policy(state, cfg, env)

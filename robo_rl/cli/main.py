@@ -162,6 +162,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="std of noise on the executed (not the recorded) actions: recoveries for cloning")
     rc.add_argument("--num-envs", type=int, default=8, help="parallel worlds")
     rc.add_argument("--seed", type=int, default=0)
+    rc.add_argument("--set", dest="overrides", action="append", default=[], metavar="env.FIELD=VALUE",
+                    help="--expert, --teacher: override a field of the task config recorded in, e.g. --set "
+                         "env.setpoint_controller=hardware/panda_gripper.yaml (repeatable)")
 
     rp = sub.add_parser("replay", help="replay a recorded episode's joint targets on the twin, through the safety "
                                        "filter, and compare the joints with the recording")

@@ -93,8 +93,9 @@ class PolicyActor:
 
 def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 8, cameras: Sequence[str] = (),
                   image_size: int | None = None, seed: int = 0, action_noise: float = 0.0,
-                  progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Record `episodes` episodes of `task`'s scripted expert into a new dataset `out`; returns a summary.
+                  progress: Callable[[int], None] | None = None, cfg: Any = None) -> dict[str, Any]:
+    """Record `episodes` episodes of `task`'s scripted expert into a new dataset `out`, in the task config `cfg` (None:
+    the default); returns a summary.
 
     A task without a scripted expert is recorded from a trained policy instead: `record_demos` with a
     `PolicyActor` in the env of the task config it was trained with (the CLI's `record --teacher RUN`).
@@ -105,7 +106,7 @@ def record_expert(task: str, episodes: int, out: str | Path, *, num_envs: int = 
                          "trained policy with --teacher RUN")
     if episodes < 1:
         raise ValueError(f"episodes = {episodes}: must be >= 1")
-    env = make_expert_env(task, min(num_envs, episodes), seed=seed)  # `cameras` are rendered by record_demos
+    env = make_expert_env(task, min(num_envs, episodes), seed=seed, cfg=cfg)  # `cameras` are rendered by record_demos
     try:
         return record_demos(env, ScriptedExpert(task, env), episodes, out, task=task, source="scripted expert",
                             cameras=cameras, image_size=image_size, seed=seed, action_noise=action_noise,

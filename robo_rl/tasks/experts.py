@@ -245,10 +245,11 @@ EXPERTS: dict[str, type] = {"arm-reach": ReachExpert, "arm-pick-place": PickPlac
 """Task name -> its scripted expert class (called with the env)."""
 
 
-def make_expert_env(task: str, num_envs: int, *, seed: int = 0) -> Any:
-    """`task`'s env with its default config for its scripted expert: a task with a camera renders no "image"
-    group (`images: false`), since the expert reads the state (its scene, goal and instruction are the task's)."""
-    cfg = task_config_class(task)()
+def make_expert_env(task: str, num_envs: int, *, seed: int = 0, cfg: Any = None) -> Any:
+    """`task`'s env with its config `cfg` (None: the default) for its scripted expert: a task with a camera renders
+    no "image" group (`images: false`), since the expert reads the state (its scene, goal and instruction are the
+    task's)."""
+    cfg = cfg if cfg is not None else task_config_class(task)()
     if getattr(cfg, "images", False):  # a camera task (e.g. arm-pick-place-vision)
         cfg = dataclasses.replace(cfg, images=False)
     return make_env(task, num_envs, cfg=cfg, seed=seed)

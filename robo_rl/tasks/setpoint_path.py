@@ -7,7 +7,9 @@ policy trained on targets that step at the tick drives such an arm into a limit 
 policy wandered 5-26 mm around its targets on the Franka's command path, against 5 mm without it). Training through
 the same interpolator removes the difference: `SetpointPath` runs the deploy core's `JerkLimitedInterpolator` for every
 world at once and gives each physics substep the setpoint the robot plays then, with its velocity as the servo's lead
-(kp q* + kd dq* = kp (q* + kd / kp dq*)), exactly as the twin (`robo_rl.deploy.transports.sim`) plays them.
+(kp q* + kd dq* = kp (q* + kd / kp dq*)), exactly as the twin (`robo_rl.deploy.transports.sim`) plays them. A gripper
+with a controller of its own (hardware `gripper`: the Franka Hand through franka_gripper) is not in the stream: its
+target reaches its actuator at the tick, as `SmoothingRobot` keeps it in every setpoint.
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ class SetpointPath:
         # The twin's playback (SimRobot._play): substep k starts at k * physics_dt and holds the setpoint reached then.
         self.played = np.array([max(k * per_substep, 1) - 1 for k in range(decimation)])  # (decimation,)
         self.lead = np.asarray(lead, dtype=np.float64)  # (J,)
+        # The gripper's column (franka_gripper moves it, not the 1 kHz stream): its tick target, no lead.
+        gripper = -1 if hw.gripper is None else int(hw.index_of([hw.gripper.joint])[0])
+        self.own_controller = np.flatnonzero(order == gripper)  # (G,) task columns outside the stream: 0 or 1
+        self.lead[self.own_controller] = 0.0
 
     def restart(self, ids: Tensor, q: Tensor) -> None:
         """Worlds `ids` (K,) rest at q (K, J): the setpoint stream starts from the reset pose."""
@@ -74,8 +80,11 @@ class SetpointPath:
     def substep_targets(self, target: Tensor) -> Tensor:
         """(decimation, N, J) float64 actuator targets (CPU) of one policy step towards `target` (N, J): the setpoint
         played in each substep plus its velocity lead."""
-        points = self.interpolator.advance(target.detach().to("cpu", torch.float64).numpy(), self.steps)
-        return torch.from_numpy(points.q[self.played] + self.lead * points.dq[self.played])
+        goal = target.detach().to("cpu", torch.float64).numpy()  # (N, J)
+        points = self.interpolator.advance(goal, self.steps)
+        out = points.q[self.played] + self.lead * points.dq[self.played]  # (decimation, N, J)
+        out[:, :, self.own_controller] = goal[:, self.own_controller]
+        return torch.from_numpy(out)
 
     def state(self) -> Tensor:
         """(3, N, J) float64: the last setpoint's q, v, a of every world (a run resumes bit-for-bit)."""

@@ -70,3 +70,20 @@ def test_a_recording_stopped_by_sigterm_in_a_background_job_keeps_its_finished_e
     reader = DatasetReader(tmp_path / "ds")
     lengths = [len(reader.episode(e, images=False)["action"]) for e in range(reader.num_episodes)]
     assert reader.num_episodes >= 10 and set(lengths) == {lengths[0]}  # whole episodes only (arm-reach's are fixed)
+
+
+def test_set_records_in_a_changed_task_config_and_a_bad_override_is_one_line(tmp_path, capsys):
+    """`record --set env.FIELD=VALUE` records the expert in that task config (here 1 s episodes: 50 frames each);
+    another section, an unknown field or a refused value is one line, exit 2, and nothing is written."""
+    from tests.cli.test_cli_errors import call, one_line_error
+
+    out = tmp_path / "short"
+    assert call(["record", "--task", "arm-reach", "--expert", "--episodes", "2", "--num-envs", "2", "--out", str(out),
+                 "--set", "env.episode_length_s=1.0"]) == 0
+    assert capsys.readouterr().out.strip().endswith("2 episodes, 100 frames, expert success 1.00, dropped frames 0")
+    assert DatasetReader(out).num_frames == 100
+    base = ["record", "--task", "arm-reach", "--expert", "--episodes", "1", "--out", str(tmp_path / "bad")]
+    one_line_error(capsys, call([*base, "--set", "algo.learning_rate=1"]), "env.FIELD=VALUE")
+    one_line_error(capsys, call([*base, "--set", "env.no_such_field=1"]), "no_such_field")
+    one_line_error(capsys, call([*base, "--set", "env.decimation=0"]), "decimation")
+    assert not (tmp_path / "bad").exists()

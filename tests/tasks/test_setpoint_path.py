@@ -12,6 +12,7 @@ from robo_rl.core.config import ConfigError
 from robo_rl.deploy.hardware import load_hardware
 from robo_rl.deploy.policy import check_setpoint_path
 from robo_rl.deploy.smoothing import JerkLimitedInterpolator, SetpointLimits
+from robo_rl.tasks.arm_pick_place import ArmPickPlaceVisionConfig, ArmPickPlaceVisionEnv
 from robo_rl.tasks.arm_reach import ArmReachConfig, ArmReachEnv
 from tests.conftest import REPO, hardware_variant
 
@@ -45,6 +46,19 @@ def make_env(setpoint_controller: str = "hardware/panda.yaml", num_envs: int = 2
     return ArmReachEnv(ArmReachConfig(setpoint_controller=setpoint_controller), num_envs, seed=0)
 
 
+def record_substeps(env) -> list[np.ndarray]:
+    """The actuator targets (N, J) of every physics substep `env` steps from now on, appended as they are played."""
+    played = []
+    original = env.backend.step
+
+    def record(n_substeps=1):
+        played.append(env.backend.ctrl[:, env._act_columns].numpy().copy())
+        original(n_substeps)
+
+    env.backend.step = record
+    return played
+
+
 def test_each_substep_plays_the_setpoint_the_twin_plays_then():
     """One policy step of 4 physics substeps: each substep's actuator targets are the setpoint reached at its start
     (1 kHz points 0, 4, 9, 14 of the tick's 20) plus kd / kp of its velocity, from the interpolator restarted at the
@@ -55,14 +69,7 @@ def test_each_substep_plays_the_setpoint_the_twin_plays_then():
     reference = JerkLimitedInterpolator(env._setpoints.limits, 1000.0)
     reference.start(q0)
     lead = (env.kd / env.kp).double().numpy()  # (J,)
-    played = []
-    original = env.backend.step
-
-    def record(n_substeps=1):
-        played.append(env.backend.ctrl[:, env._act_columns].numpy().copy())
-        original(n_substeps)
-
-    env.backend.step = record
+    played = record_substeps(env)
     actions = torch.linspace(-1.0, 1.0, 7).repeat(2, 1)  # (N, A)
     for _ in range(2):
         env.step(actions)
@@ -73,6 +80,25 @@ def test_each_substep_plays_the_setpoint_the_twin_plays_then():
         expected += [points.q[i] + lead * points.dq[i] for i in (0, 4, 9, 14)]
     np.testing.assert_allclose(np.stack(played), np.stack(expected), atol=1e-9)
     assert not np.allclose(played[0], targets)  # the targets are approached, not stepped to
+
+
+def test_a_gripper_with_its_own_controller_steps_to_its_target_at_the_tick():
+    """Through hardware/panda_gripper.yaml's stream: franka_gripper, not the 1 kHz stream, moves the finger
+    (SmoothingRobot keeps its target in every setpoint), so every substep plays the finger's tick target as it is,
+    with no lead, while the arm's joints approach theirs."""
+    cfg = ArmPickPlaceVisionConfig(images=False, setpoint_controller="hardware/panda_gripper.yaml", physics_dt=0.002,
+                                   decimation=10)
+    env = ArmPickPlaceVisionEnv(cfg, 2, seed=0)
+    env.reset()
+    played = record_substeps(env)
+    actions = torch.tensor([[0.5, -0.5, -1.0, 1.0]]).repeat(2, 1)  # (N, A): a step down and toward, close
+    targets = env.joint_targets(actions).double().numpy()  # (N, J)
+    env.step(actions)
+    played = np.stack(played)  # (decimation, N, J)
+    assert played.shape[0] == 10
+    np.testing.assert_allclose(played[:, :, 7], np.broadcast_to(targets[:, 7], (10, 2)), atol=1e-7)
+    assert not np.allclose(played[0, :, :7], targets[:, :7], atol=1e-4)  # the arm is approached, not stepped to
+    env.close()
 
 
 def test_a_resumed_env_continues_the_setpoint_stream_bit_for_bit():

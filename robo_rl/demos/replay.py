@@ -4,7 +4,8 @@ safety filter.
 `replay_episode` loads the hardware file, connects through a registered transport (the sim twin by default),
 ramps the robot (RAMP, through the filter) to the episode's first recorded joint positions, then runs POLICY
 with a `ReplayPolicy` that sends one recorded target per tick at the dataset's rate; every command passes the
-safety filter (limits, velocity and torque guards), as a policy's would. Targets are the dataset's
+safety filter (limits, velocity and torque guards), as a policy's would (on a setpoint controller as a policy's
+trained through its stream: the stream bounds the steps). Targets are the dataset's
 `command.joint_position` (sim expert recordings) or its `action` (robot recordings, where the action is the
 commanded target), matched to the robot's joints by name. Gains are the recording's deploy contract's when the
 dataset carries one (`info.json` "robo_rl"), else the hardware file's. What a transport needs follows from its
@@ -37,7 +38,14 @@ from robo_rl.deploy.state_machine import Mode
 
 
 class ReplayPolicy:
-    """The Controller's PolicyStep protocol over recorded targets (T, D) of joints `names`; holds the last one."""
+    """The Controller's PolicyStep protocol over recorded targets (T, D) of joints `names`; holds the last one.
+
+    The targets are commands as they were sent: on a setpoint controller they go to the robot's stream as they are
+    (`trained_through_stream`), whose limits bound them, not stepped or budgeted a second time by the safety filter
+    (which would move a recording of a policy trained through the stream off its path: SafetyFilter.filter_command).
+    """
+
+    trained_through_stream = True
 
     def __init__(self, targets: np.ndarray, names: list[str], hw: Any, kp: np.ndarray | None = None,
                  kd: np.ndarray | None = None):

@@ -44,7 +44,10 @@ STILL_TIMEOUT_S = 5.0
 
 
 class PolicyStep(Protocol):
-    """A policy as the loop sees it: state in, position targets out, in the robot's joint order."""
+    """A policy as the loop sees it: state in, position targets out, in the robot's joint order.
+
+    Optional: `trained_through_stream` (bool, default False), the policy was trained through the robot's setpoint
+    stream; the safety filter then leaves its targets' step and torque to the stream (SafetyFilter)."""
 
     kp: np.ndarray
     """(J,) stiffness used in POLICY mode, robot order."""
@@ -197,7 +200,8 @@ class Controller:
         self.realtime_priority = realtime_priority
         self.realtime_note: str | None = None  # why the real-time priority was refused, if it was
         self._sleep = sleep  # None: precise_sleep, sized to the period when `run` starts
-        self.safety = SafetyFilter(hw, control_dt=1.0 / rate)
+        self.safety = SafetyFilter(hw, control_dt=1.0 / rate,
+                                   trained_through_stream=bool(getattr(policy, "trained_through_stream", False)))
         self.period = 1.0 / rate
         self.state_machine = StateMachine(hw.safety.ramp_time_s, now=clock())
         self._lock = threading.RLock()

@@ -300,6 +300,9 @@ class PolicyStep:
         else:
             self.kp[self.robot_index] = policy.contract.kp
             self.kd[self.robot_index] = policy.contract.kd
+        # Trained through this robot's setpoint stream (checked by validate_contract): the safety filter leaves the
+        # targets' step and torque to the stream (SafetyFilter.filter_command).
+        self.trained_through_stream = "setpoint_rate_hz" in policy.contract.extra
         self.last_action = np.zeros(policy.contract.action_dim, dtype=np.float32)
         self.action_map = ActionMap(policy.contract)  # every joint target, from actions and the measured joints
         self.last_obs: np.ndarray | None = None  # (O,) input of the latest step, for recording

@@ -2,7 +2,8 @@
 
 Checks every state (NaN/Inf, stale-state watchdog, missing joints, overspeed, attitude, and before RAMP
 that the IMU's gravity points down) and makes every command safe (NaN guard, gain bounds, velocity-target
-limit, joint-limit clamp with margin, per-tick rate limit, torque budget, latched e-stop).
+limit, joint-limit clamp with margin, per-tick rate limit, torque budget, latched e-stop; a setpoint controller's
+targets reach the robot through the jerk-limited stream, which bounds their steps instead).
 Runs every tick at 50-500 Hz: scratch buffers are allocated once; only the arrays of the command it
 returns are fresh each tick, because a transport may keep a command it was handed (a queue, a log).
 
@@ -135,6 +136,18 @@ def upright_problem(quat: np.ndarray, order: str, max_tilt: float) -> str | None
     return msg
 
 
+def target_bounds(hw: HardwareSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi), (J,) each: the position targets the filter sends, [lower + margin, upper - margin]; a margin wider
+    than half a joint's range would invert its bounds, and its midpoint is then the only target."""
+    margin = np.asarray(hw.safety.joint_limit_margin, dtype=np.float64)  # () or (J,) per joint
+    lo, hi = hw.joint_lower + margin, hw.joint_upper - margin  # (J,)
+    mid = 0.5 * (hw.joint_lower + hw.joint_upper)
+    inverted = lo > hi
+    lo[inverted] = mid[inverted]
+    hi[inverted] = mid[inverted]
+    return lo, hi
+
+
 def _clip(a: np.ndarray, lo: np.ndarray, hi: np.ndarray, out: np.ndarray) -> np.ndarray:
     """np.clip(a, lo, hi, out=out) for lo <= hi, at a third of its per-call overhead on small arrays."""
     return np.minimum(np.maximum(a, lo, out=out), hi, out=out)
@@ -167,24 +180,21 @@ class SafetyFilter:
         hw: the robot's description; its `safety` section sets every margin.
         control_dt: control period (s) the filter runs at, for the velocity-based step limit
             (default 1 / hw.control_rate_hz); settable later through `control_dt`.
+        trained_through_stream: the policy was trained through this robot's setpoint stream (its contract's
+            `setpoint_rate_hz`): on a setpoint controller its targets go to the stream as trained (`filter_command`).
 
     Call `check_state` once per tick before computing a command and `filter_command` on every command
     before it is sent. Stateful: remembers the previous filtered target (rate limit), the last stamp
     (frozen-clock watchdog), the last finite measured pose (damping target) and the latched e-stop.
     """
 
-    def __init__(self, hw: HardwareSpec, control_dt: float | None = None):
+    def __init__(self, hw: HardwareSpec, control_dt: float | None = None, trained_through_stream: bool = False):
         self.hw = hw
         self.cfg = hw.safety
         n = len(hw.joint_names)
-        margin = np.asarray(self.cfg.joint_limit_margin, dtype=np.float64)  # () or (J,) per joint
-        self._lo = hw.joint_lower + margin  # (J,)
-        self._hi = hw.joint_upper - margin  # (J,)
-        # A margin wider than half the range would invert the bounds; the midpoint is the only safe target.
-        mid = 0.5 * (hw.joint_lower + hw.joint_upper)
-        inverted = self._lo > self._hi
-        self._lo[inverted] = mid[inverted]
-        self._hi[inverted] = mid[inverted]
+        self._lo, self._hi = target_bounds(hw)  # (J,) each
+        # A setpoint controller tracks the jerk-limited stream towards the target, not the target (see filter_command).
+        self._streamed = trained_through_stream and hw.controller.setpoint_rate_hz is not None
         self._tau_max = self.cfg.torque_margin * hw.torque_limits  # (J,) torque budget
         # The filter aims a hair inside the budget so float rounding can never land a torque outside it.
         self._tau_aim = self._tau_max * (1.0 - 1e-9)  # (J,)
@@ -193,6 +203,11 @@ class SafetyFilter:
         self._vel_max = np.asarray(hw.velocity_limits, dtype=np.float64)  # (J,)
         self._neg_vel_max = -self._vel_max  # (J,)
         self._overspeed = self.cfg.overspeed_factor * self._vel_max  # (J,) measured |dq| beyond: fault
+        if hw.gripper is not None:
+            # A gripper with its own controller (franka_gripper) moves at the speed it is given and no faster; its
+            # joint is not driven by these commands, and a measured speed past its limit is the hand pushed from
+            # outside (or a simulated finger's servo snapping shut when a grasped cube slips), not a runaway.
+            self._overspeed[hw.index_of([hw.gripper.joint])] = np.inf
         self._damping_kd = np.minimum(self.cfg.damping_kd, self._kd_max)  # (J,)
         self._step = np.zeros(n)  # (J,) per-tick position step, set by control_dt
         self.control_dt = 1.0 / hw.control_rate_hz if control_dt is None else control_dt
@@ -281,7 +296,8 @@ class SafetyFilter:
         Returns:
             One of STATE_FAULTS or None: "bad_state" (arrays do not match joint_names), "nan_state",
             "stale_state" (received too long ago, or the robot's stamp frozen too long), "missing_joint",
-            "overspeed" (a measured |dq| above overspeed_factor * velocity limit),
+            "overspeed" (a measured |dq| above overspeed_factor * velocity limit; a gripper with its own
+            controller, hardware `gripper`, excepted),
             "missing_imu" / "attitude" (legged robots with `safety.max_tilt_rad` set).
         """
         timeout = self.cfg.state_timeout_s
@@ -426,6 +442,18 @@ class SafetyFilter:
         lowered until it fits ("stiffness_limit"). Clamping a target that has no physical effect (q* of
         a joint with kp = 0, dq* of one with kd = 0) is done but not reported.
 
+        A setpoint controller (hardware `controller.setpoint_rate_hz`: a Franka) does not track the target: it tracks
+        the jerk-limited setpoints the deploy core streams towards it (robo_rl.deploy.smoothing), each within the
+        robot's velocity, acceleration and jerk limits, with the robot's own torque limits and reflexes. For a policy
+        trained through that stream (`trained_through_stream`) the target is clamped to the limits and its
+        feed-forward to the budget, and the per-tick step and the PD budget on the target are left to the stream and
+        the robot: they bound a servo that steps to its target at the tick, and on a streamed target they made a robot
+        other than the one trained (the Panda's wrist budget, 12 N m at kp 2000, left 6 mrad of lead a tick: the
+        pick-and-place expert placed 11 % of the cubes through them, 100 % without; docs/vla.md). Its guarantees are
+        then the others above; the stream's bounds are checked in tests/deploy/test_smoothing.py. A policy trained on
+        targets that step in at the tick keeps both: they hold it nearer what it trained on (a flow-BC reach policy
+        reached 0.375 of its targets on the twin without them, 0.72 in simulation; tests/deploy/test_flow_deploy.py).
+
         Args:
             cmd: the wanted command, joints in any order (mapped by name).
             state: the newest reading, used for measured q and dq; None when none could be read.
@@ -467,24 +495,34 @@ class SafetyFilter:
         # Position target: clamp, rate limit, clamp again (the limits win over the rate limit).
         _clip(q, self._lo, self._hi, tmp)
         clamped = self._replace(q, tmp, active)  # (the clamp before the rate limit; reported below)
-        ref = self._ref  # rate-limit reference: previous target where it had stiffness, else measured q
-        np.copyto(ref, self._q)
-        np.copyto(ref, self._prev_q, where=self._prev_active)
-        np.subtract(ref, self._step, out=tmp)
-        np.maximum(q, tmp, out=tmp)
-        np.add(ref, self._step, out=ref)
-        np.minimum(tmp, ref, out=tmp)
-        rated = self._replace(q, tmp, active)
-        _clip(q, self._lo, self._hi, tmp)
-        if self._replace(q, tmp, active) or clamped:
-            interventions.append("joint_limit")
-        if rated:
-            interventions.append("rate_limit")
-
-        self._torque_budget(q, dq, kp, kd, tau, interventions)
+        if self._streamed:
+            if clamped:
+                interventions.append("joint_limit")
+            self._stream_torque(tau, interventions)
+        else:
+            ref = self._ref  # rate-limit reference: previous target where it had stiffness, else measured q
+            np.copyto(ref, self._q)
+            np.copyto(ref, self._prev_q, where=self._prev_active)
+            np.subtract(ref, self._step, out=tmp)
+            np.maximum(q, tmp, out=tmp)
+            np.add(ref, self._step, out=ref)
+            np.minimum(tmp, ref, out=tmp)
+            rated = self._replace(q, tmp, active)
+            _clip(q, self._lo, self._hi, tmp)
+            if self._replace(q, tmp, active) or clamped:
+                interventions.append("joint_limit")
+            if rated:
+                interventions.append("rate_limit")
+            self._torque_budget(q, dq, kp, kd, tau, interventions)
         np.copyto(self._prev_q, q)
         np.greater(kp, 0.0, out=self._prev_active)
         return JointCommand(self.hw.joint_names, q, dq, kp, kd, tau), interventions
+
+    def _stream_torque(self, tau: np.ndarray, interventions: list[str]) -> None:
+        """A setpoint controller's budget: the feed-forward within it (the stream and the robot bound the rest)."""
+        if (np.abs(tau) > self._tau_aim).any():
+            _clip(tau, -self._tau_aim, self._tau_aim, tau)
+            interventions.append("feedforward_limit")
 
     def _torque_budget(self, q: np.ndarray, dq: np.ndarray, kp: np.ndarray, kd: np.ndarray, tau: np.ndarray,
                        interventions: list[str]) -> None:

@@ -9,7 +9,9 @@ the same interpolator removes the difference: `SetpointPath` runs the deploy cor
 world at once and gives each physics substep the setpoint the robot plays then, with its velocity as the servo's lead
 (kp q* + kd dq* = kp (q* + kd / kp dq*)), exactly as the twin (`robo_rl.deploy.transports.sim`) plays them. A gripper
 with a controller of its own (hardware `gripper`: the Franka Hand through franka_gripper) is not in the stream: its
-target reaches its actuator at the tick, as `SmoothingRobot` keeps it in every setpoint.
+target reaches its actuator at the tick, as `SmoothingRobot` keeps it in every setpoint. The targets are first clamped
+to the robot's limits with the safety filter's margin, as the deploy core's filter sends them (for a setpoint controller
+that clamp is all it changes of a policy's target: `SafetyFilter.filter_command`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch import Tensor
 from robo_rl.core.assets import find_asset
 from robo_rl.core.config import ConfigError
 from robo_rl.deploy.hardware import check_setpoint_rate, load_hardware
+from robo_rl.deploy.safety import target_bounds
 from robo_rl.deploy.smoothing import JerkLimitedInterpolator, SetpointLimits
 
 
@@ -61,6 +64,8 @@ class SetpointPath:
         # (J,) each, in the task's joint order
         self.limits = SetpointLimits(**{f.name: getattr(limits, f.name)[order] for f in dataclasses.fields(limits)})
         self.rate_hz = rate
+        lo, hi = target_bounds(hw)
+        self.lo, self.hi = lo[order], hi[order]  # (J,) the targets the safety filter sends
         self.interpolator = JerkLimitedInterpolator(self.limits, rate)
         self.interpolator.start(np.repeat(np.asarray(default_q, np.float64)[None], num_envs, axis=0))  # (N, J)
         self.steps = round(physics_dt * decimation * rate)  # setpoints per policy step
@@ -78,9 +83,9 @@ class SetpointPath:
         self.interpolator.restart(ids.cpu().numpy(), q.detach().to("cpu", torch.float64).numpy())
 
     def substep_targets(self, target: Tensor) -> Tensor:
-        """(decimation, N, J) float64 actuator targets (CPU) of one policy step towards `target` (N, J): the setpoint
-        played in each substep plus its velocity lead."""
-        goal = target.detach().to("cpu", torch.float64).numpy()  # (N, J)
+        """(decimation, N, J) float64 actuator targets (CPU) of one policy step towards `target` (N, J), clamped as the
+        safety filter clamps it: the setpoint played in each substep plus its velocity lead."""
+        goal = np.clip(target.detach().to("cpu", torch.float64).numpy(), self.lo, self.hi)  # (N, J)
         points = self.interpolator.advance(goal, self.steps)
         out = points.q[self.played] + self.lead * points.dq[self.played]  # (decimation, N, J)
         out[:, :, self.own_controller] = goal[:, self.own_controller]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from robo_rl.deploy.hardware import HardwareSpec, SafetyConfig, load_hardware
+from robo_rl.deploy.hardware import ControllerConfig, HardwareSpec, SafetyConfig, load_hardware
 from robo_rl.deploy.robot import JointCommand, RobotState
 from robo_rl.deploy.safety import SafetyFilter, name_index, quat_roll_pitch
 from robo_rl.deploy.state_machine import Mode, StateMachine, ramp_command
@@ -270,6 +270,41 @@ def test_torque_margin_scales_the_limit():
     cmd, why = f.filter_command(command([0.2, 0.0, 0.0], kp=100.0), state())
     assert why == ["torque_limit"]
     assert cmd.q[0] == pytest.approx(0.05)
+
+
+def test_a_policy_trained_through_the_stream_has_its_target_clamped_and_its_step_and_torque_left_to_the_stream():
+    """A controller that tracks a jerk-limited stream towards the target (a Franka), running a policy trained through
+    that stream: the target is clamped to the limits and its feed-forward kept within the budget; the per-tick step and
+    the PD budget are the stream's and the robot's. A policy trained on targets that step in at the tick, and any
+    policy on a direct servo, gets both."""
+    streamed = replace(arm_hw(), controller=ControllerConfig(gains="robot", setpoint_rate_hz=1000.0,
+                                                             acceleration_limits=np.full(3, 10.0),
+                                                             jerk_limits=np.full(3, 5000.0)))
+    s = state(q=(0.0, 0.0, 0.0))
+    wanted = command([0.6, -0.4, 2.0], kp=100.0, tau=[0.0, 30.0, 0.0])  # 0.6 rad ahead at kp 100: 60 N m
+    cmd, why = SafetyFilter(streamed, trained_through_stream=True).filter_command(wanted, s)
+    np.testing.assert_allclose(cmd.q, [0.6, -0.4, 0.95])
+    np.testing.assert_allclose(cmd.tau, [0.0, 10.0, 0.0], rtol=1e-8)
+    assert why == ["joint_limit", "feedforward_limit"]
+    for hw, through in ((streamed, False), (arm_hw(), True), (arm_hw(), False)):
+        limited, why = SafetyFilter(hw, trained_through_stream=through).filter_command(wanted, s)
+        assert "rate_limit" in why and "torque_limit" in why
+        assert np.all(np.abs(limited.q) <= 0.25)
+
+
+def test_a_gripper_with_its_own_controller_is_no_overspeed_but_the_arm_is():
+    """franka_gripper moves the finger at the speed it is given: a measured finger speed past 1.2 x its limit (the
+    twin's finger snapping shut on a slipping cube) does not stop the arm; the same on an arm joint does."""
+    hw = load_hardware(REPO / "hardware" / "panda_gripper.yaml")
+    f = SafetyFilter(hw)
+    finger = np.zeros(8)
+    finger[7] = 0.44  # m/s, 4.4 x the hand's 0.1
+    reading = RobotState(stamp=0.0, received=0.0, joint_names=hw.joint_names, q=0.5 * (hw.joint_lower + hw.joint_upper),
+                        dq=finger)
+    assert f.check_state(reading, now=0.0) is None
+    arm = np.zeros(8)
+    arm[6] = 1.21 * hw.velocity_limits[6]
+    assert f.check_state(replace(reading, dq=arm), now=0.0) == "overspeed"
 
 
 @pytest.mark.parametrize("field", ["q", "dq", "kp", "kd", "tau"])

@@ -143,6 +143,26 @@ def test_reach_runs_on_the_twin_without_its_end_effector_reading():
     assert np.mean(distances[True]) < 0.03 and np.mean(distances[True]) < trained + 0.01
 
 
+def test_a_policy_trained_through_the_stream_reaches_it_unstepped_and_unbudgeted():
+    """panda_reach was trained through the Panda's setpoint stream: on the twin the safety filter neither rate-limits
+    nor torque-limits its targets (the stream and the robot bound them, as in training); the same policy without that
+    in its contract would be held to both, as a policy trained on targets that step in at the tick is."""
+    from tests.deploy.test_deploy_closed_loop import ramp_to_policy, run_ticks
+
+    session = open_session(REACH, REPO / "hardware" / "panda.yaml", realtime=False)
+    assert session.policy.trained_through_stream and session.controller.safety._streamed
+    ramp_to_policy(session)
+    session.controller.intervention_counts.clear()
+    session.policy.commands["target_pos"] = np.array([0.6, 0.2, 0.3])
+    run_ticks(session, 50)
+    counts = session.controller.intervention_counts
+    assert not {"rate_limit", "torque_limit"} & set(counts), counts
+    policy = OnnxPolicy(REACH)
+    extra = {k: v for k, v in policy.contract.extra.items() if k != "setpoint_rate_hz"}
+    policy.contract = dataclasses.replace(policy.contract, extra=extra)
+    assert not PolicyStep(policy, PANDA).trained_through_stream
+
+
 class Hiding:
     """Removes the end-effector position from every state (as franka_ros2 reports none)."""
 

@@ -138,3 +138,18 @@ def test_a_setpoint_controller_that_cannot_drive_the_task_is_refused_in_one_line
         make_env(hardware)
     text = str(exc.value)
     assert text.startswith("config error: env.setpoint_controller") and "\n" not in text and message in text, text
+
+
+def test_targets_beyond_the_limits_are_clamped_as_the_safety_filter_clamps_them():
+    """A target past a joint limit streams to the limit less the hardware's joint_limit_margin (SafetyFilter's
+    clamp, all it changes of a setpoint controller's target), never beyond it."""
+    env = make_env(num_envs=1)
+    env.reset()
+    hw = PANDA
+    beyond = torch.from_numpy(hw.joint_upper + 0.5)[None]  # (1, J), joint order of hardware and task alike
+    upper = hw.joint_upper - hw.safety.joint_limit_margin
+    for _ in range(200):  # 4 s
+        played = env._setpoints.substep_targets(beyond).numpy()  # (decimation, 1, J) setpoints plus their lead
+        assert np.all(env._setpoints.interpolator.q <= upper + 1e-9)  # the last setpoint, no lead
+    np.testing.assert_allclose(played[-1, 0], upper, atol=1e-9)
+    env.close()

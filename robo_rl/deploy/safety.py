@@ -2,8 +2,9 @@
 
 Checks every state (NaN/Inf, stale-state watchdog, missing joints, overspeed, attitude, and before RAMP
 that the IMU's gravity points down) and makes every command safe (NaN guard, gain bounds, velocity-target
-limit, joint-limit clamp with margin, per-tick rate limit, torque budget, latched e-stop; a setpoint controller's
-targets reach the robot through the jerk-limited stream, which bounds their steps instead).
+limit, joint-limit clamp with margin, per-tick rate limit, torque budget, latched e-stop; the targets of a policy
+trained through a setpoint controller's jerk-limited stream reach the robot through it, which bounds their steps
+and torques instead).
 Runs every tick at 50-500 Hz: scratch buffers are allocated once; only the arrays of the command it
 returns are fresh each tick, because a transport may keep a command it was handed (a queue, a log).
 
@@ -498,7 +499,7 @@ class SafetyFilter:
         if self._streamed:
             if clamped:
                 interventions.append("joint_limit")
-            self._stream_torque(tau, interventions)
+            self._feedforward_limit(tau, interventions)
         else:
             ref = self._ref  # rate-limit reference: previous target where it had stiffness, else measured q
             np.copyto(ref, self._q)
@@ -518,8 +519,8 @@ class SafetyFilter:
         np.greater(kp, 0.0, out=self._prev_active)
         return JointCommand(self.hw.joint_names, q, dq, kp, kd, tau), interventions
 
-    def _stream_torque(self, tau: np.ndarray, interventions: list[str]) -> None:
-        """A setpoint controller's budget: the feed-forward within it (the stream and the robot bound the rest)."""
+    def _feedforward_limit(self, tau: np.ndarray, interventions: list[str]) -> None:
+        """tau_ff alone within the budget (in place): all of it a streamed target gets, the first step otherwise."""
         if (np.abs(tau) > self._tau_aim).any():
             _clip(tau, -self._tau_aim, self._tau_aim, tau)
             interventions.append("feedforward_limit")
@@ -534,10 +535,7 @@ class SafetyFilter:
         """
         budget, qm = self._tau_aim, self._q
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            # Feed-forward alone within the budget.
-            if (np.abs(tau) > budget).any():
-                _clip(tau, -budget, budget, tau)
-                interventions.append("feedforward_limit")
+            self._feedforward_limit(tau, interventions)
             # The part q* cannot change: kd (dq* - dq) + tau_ff.
             fixed, vel_err = self._fixed, self._tau
             np.subtract(dq, self._dq, out=vel_err)

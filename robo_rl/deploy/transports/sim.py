@@ -139,6 +139,7 @@ class SimRobot:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._running = False
+        self._step_wall = time.monotonic()  # wall time (monotonic) the present physics step is due at, in real time
         # The model's own servo (its position actuators' kp, kv): a robot whose controller tracks positions with its own
         # stiffness (hardware controller.gains: robot, a Franka) is emulated with the servo the policy trained on.
         self._own_gains = hw.controller.gains == "robot"
@@ -184,8 +185,13 @@ class SimRobot:
             )
 
     def send_command(self, command: JointCommand) -> None:
+        """Queue `command` to take effect latency_s after it arrives: in real time, at the sim time of its arrival on
+        the wall clock (`_behind`), so that commands that arrive while the physics thread is late (a stalled process
+        on a loaded host) take effect as far apart as they arrived, not all at once when it catches up."""
+        arrived = time.monotonic()
         with self._lock:
-            self._pending.append((float(self.data.time) + self.latency_s, command))
+            behind = self._behind(arrived) if self.realtime else 0.0
+            self._pending.append((float(self.data.time) + behind + self.latency_s, command))
         if not self.realtime:
             self.advance(self.substeps)
 
@@ -288,12 +294,19 @@ class SimRobot:
         dt = self.model.opt.timestep
         start = time.monotonic()
         k = 0
+        self._step_wall = start
         while self._running:
             self.advance(1)
             k += 1
-            delay = start + k * dt - time.monotonic()
+            self._step_wall = start + k * dt
+            delay = self._step_wall - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+
+    def _behind(self, wall: float) -> float:
+        """How far (s) the physics, whose present step is due at wall-clock `_step_wall`, is behind wall time `wall`
+        (0 when on time; a late thread catches up by stepping without sleeping)."""
+        return max(0.0, wall - self._step_wall)
 
     @property
     def time(self) -> float:
